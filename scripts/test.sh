@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds and runs strata's whole test suite.
+#
+#   1. build/       the default configuration: every test, example and benchmark builds; the CUDA
+#                   parts too when nvcc is found. ctest runs all tests; [gpu] tests skip without a GPU.
+#   2. build-asan/  host-only, with AddressSanitizer and UndefinedBehaviorSanitizer: the [cpu] tests.
+#
+# Extra arguments go to both ctest runs (e.g. -R host_copy).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+strata_require_packages cmake make g++ catch2 libbenchmark-dev
+jobs=$(strata_jobs)
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs" "$@"
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSTRATA_ENABLE_CUDA=OFF -DSTRATA_SANITIZE=ON \
+  -DSTRATA_BUILD_BENCHMARKS=OFF -DSTRATA_BUILD_EXAMPLES=OFF
+cmake --build build-asan -j "$jobs"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -L cpu -E '^package' "$@"
