@@ -36,6 +36,25 @@ TEST_CASE("layer_first and page_first address blocks by their stride order", "[c
   CHECK(pf.pool_bytes() == static_cast<std::int64_t>(mem.size()));
 }
 
+TEST_CASE("page_first_chunked addresses records chunk by chunk", "[cpu][layout]")
+{
+  kv_geometry const g{2, 4, 2, 8, 2, 2};
+  std::vector<std::byte> a(3 * g.page_bytes()), b(3 * g.page_bytes());
+  std::byte* chunks[] = {b.data(), a.data()};  // not in address order
+  page_first_chunked const l{chunks, g, 3, 5};
+  CHECK(l.num_pages() == 5);
+  CHECK(l.page_data(0) == b.data());
+  CHECK(l.page_data(2) == b.data() + 2 * g.page_bytes());
+  CHECK(l.page_data(3) == a.data());
+  CHECK(l.block(4, 1, 1).data == a.data() + g.page_bytes() + 3 * g.block_bytes());
+
+  STRATA_REQUIRE_THROWS(invalid_argument, "7 pages do not fill 2 chunks of 3 pages", page_first_chunked(chunks, g, 3, 7));
+  STRATA_REQUIRE_THROWS(invalid_argument, "3 pages do not fill 2 chunks of 3 pages", page_first_chunked(chunks, g, 3, 3));
+  STRATA_REQUIRE_THROWS(invalid_argument, "pages_per_chunk must be positive", page_first_chunked(chunks, g, 0, 1));
+  STRATA_REQUIRE_THROWS(invalid_argument, "pointer table is empty",
+                        page_first_chunked(std::span<std::byte* const>{}, g, 3, 1));
+}
+
 TEST_CASE("engine layouts address blocks as the engines store them", "[cpu][layout]")
 {
   kv_geometry const g{2, 4, 2, 8, 2, 2};  // head row 16 B, token row 32 B, block 128 B

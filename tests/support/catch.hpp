@@ -8,6 +8,9 @@
 #else
 #include <catch2/catch.hpp>
 #define STRATA_CATCH_VERSION 2
+namespace Catch {
+using Detail::Approx;  // Catch2 3 spells it Catch::Approx
+}
 #endif
 
 #include <string>

@@ -14,10 +14,10 @@
 namespace strata::test {
 
 /// The layouts the Foundation issue names; `mla` is a one-plane, one-head `layer_first_table`.
-enum class layout_kind { layer_first, layer_first_table, page_first, vllm, hf, mla };
-inline constexpr layout_kind all_layout_kinds[] = {layout_kind::layer_first, layout_kind::layer_first_table,
-                                                   layout_kind::page_first,  layout_kind::vllm,
-                                                   layout_kind::hf,          layout_kind::mla};
+enum class layout_kind { layer_first, layer_first_table, page_first, page_first_chunked, vllm, hf, mla };
+inline constexpr layout_kind all_layout_kinds[] = {
+  layout_kind::layer_first, layout_kind::layer_first_table, layout_kind::page_first, layout_kind::page_first_chunked,
+  layout_kind::vllm,        layout_kind::hf,                layout_kind::mla};
 
 inline char const* to_string(layout_kind k)
 {
@@ -28,6 +28,8 @@ inline char const* to_string(layout_kind k)
       return "layer_first_table";
     case layout_kind::page_first:
       return "page_first";
+    case layout_kind::page_first_chunked:
+      return "page_first_chunked";
     case layout_kind::vllm:
       return "vllm";
     case layout_kind::hf:
@@ -47,81 +49,111 @@ inline bool supports(layout_kind k, kv_geometry const& g)
 }
 
 /// Owned memory plus a layout over it. `storage` holds every byte the layout can address (and gaps
-/// between tensors, which must never be written).
-template <class Layout>
+/// between tensors, which must never be written). `Storage` is `std::vector<std::byte>` for host
+/// tests, or a device / pinned buffer for GPU tests: anything built from a byte count with `data()`
+/// and `size()`.
+template <class Layout, class Storage = std::vector<std::byte>>
 struct pool {
-  std::vector<std::byte> storage;
+  Storage storage;
   Layout layout;
 };
 
-/// Carves `count` tensors of `bytes` each out of one buffer, in a shuffled order with gaps between
-/// them, so that tests see tables whose entries are neither sorted nor adjacent.
-inline std::vector<std::byte*> carve(std::vector<std::byte>& storage, std::int64_t count, std::int64_t bytes,
-                                     std::mt19937_64& rng)
+/// Offsets of `count` tensors of `bytes` each in one buffer, in a shuffled order with gaps between
+/// them, so that tests see tables whose entries are neither sorted nor adjacent. Returns the buffer size.
+inline std::int64_t carve(std::int64_t count, std::int64_t bytes, std::uint64_t seed, std::vector<std::int64_t>& offsets)
 {
   constexpr std::int64_t gap = 64;
-  storage.assign(static_cast<std::size_t>(count * (bytes + gap)), std::byte{0});
   std::vector<std::int64_t> slot(static_cast<std::size_t>(count));
   std::iota(slot.begin(), slot.end(), 0);
+  std::mt19937_64 rng{seed};
   std::shuffle(slot.begin(), slot.end(), rng);
-  std::vector<std::byte*> out;
-  for (auto s : slot) {
-    out.push_back(storage.data() + s * (bytes + gap));
-  }
-  return out;
+  offsets.clear();
+  for (auto s : slot) { offsets.push_back(s * (bytes + gap)); }
+  return count * (bytes + gap);
 }
 
-/// Calls `f(pool<L>&)` with a pool of kind `k` holding at least `pages` pages.
-template <class F>
-void with_pool(layout_kind k, kv_geometry const& g, std::int64_t pages, std::mt19937_64& rng, F&& f)
+/// Pages per sequence of an `hf` pool built from `seed`.
+inline std::int64_t hf_pages_per_sequence(std::uint64_t seed) { return static_cast<std::int64_t>(seed % 4) + 1; }
+/// Pages per chunk of a `page_first_chunked` pool built from `seed`.
+inline std::int64_t pages_per_chunk(std::uint64_t seed) { return static_cast<std::int64_t>(seed / 4 % 3) + 1; }
+
+/// Calls `f(pool<L, Storage>&)` with a pool of kind `k` holding at least `pages` pages. The same
+/// (kind, geometry, pages, seed) always gives the same offsets, whatever the storage, so a device
+/// pool and a host mirror built alike address corresponding bytes.
+template <class Storage = std::vector<std::byte>, class F>
+void with_pool(layout_kind k, kv_geometry const& g, std::int64_t pages, std::uint64_t seed, F&& f)
 {
+  std::vector<std::int64_t> off;
+  auto pointers = [&](Storage& s) {
+    std::vector<std::byte*> out;
+    for (auto o : off) { out.push_back(s.data() + o); }
+    return out;
+  };
   switch (k) {
     case layout_kind::layer_first: {
-      std::vector<std::byte> s(static_cast<std::size_t>(pages * g.page_bytes()));
+      Storage s(static_cast<std::size_t>(pages * g.page_bytes()));
       layer_first const layout{s.data(), g, pages};
-      pool<layer_first> p{std::move(s), layout};  // moving a vector keeps its buffer
+      pool<layer_first, Storage> p{std::move(s), layout};  // moving keeps the buffer
       f(p);
       return;
     }
     case layout_kind::page_first: {
-      std::vector<std::byte> s(static_cast<std::size_t>(pages * g.page_bytes()));
+      Storage s(static_cast<std::size_t>(pages * g.page_bytes()));
       page_first const layout{s.data(), g, pages};
-      pool<page_first> p{std::move(s), layout};
+      pool<page_first, Storage> p{std::move(s), layout};
+      f(p);
+      return;
+    }
+    case layout_kind::page_first_chunked: {
+      std::int64_t const per = pages_per_chunk(seed);
+      std::int64_t const chunks = (pages + per - 1) / per;
+      Storage s(static_cast<std::size_t>(carve(chunks, per * g.page_bytes(), seed, off)));
+      page_first_chunked const layout{pointers(s), g, per, pages};
+      pool<page_first_chunked, Storage> p{std::move(s), layout};
       f(p);
       return;
     }
     case layout_kind::layer_first_table:
     case layout_kind::mla: {
-      std::vector<std::byte> s;
-      auto const t = carve(s, g.layers * g.planes, pages * g.block_bytes(), rng);
+      Storage s(static_cast<std::size_t>(carve(g.layers * g.planes, pages * g.block_bytes(), seed, off)));
+      auto const t = pointers(s);
       auto layout = k == layout_kind::mla ? mla_layout(t, g, pages) : layer_first_table{t, g, pages};
-      pool<layer_first_table> p{std::move(s), layout};
+      pool<layer_first_table, Storage> p{std::move(s), layout};
       f(p);
       return;
     }
     case layout_kind::vllm: {
-      std::vector<std::byte> s;
-      auto const t = carve(s, g.layers, g.planes * pages * g.block_bytes(), rng);
-      pool<vllm_layout> p{std::move(s), vllm_layout{t, g, pages}};
+      Storage s(static_cast<std::size_t>(carve(g.layers, g.planes * pages * g.block_bytes(), seed, off)));
+      vllm_layout const layout{pointers(s), g, pages};
+      pool<vllm_layout, Storage> p{std::move(s), layout};
       f(p);
       return;
     }
     case layout_kind::hf: {
-      std::int64_t const per_seq = std::uniform_int_distribution<std::int64_t>{1, 4}(rng);
+      std::int64_t const per_seq = hf_pages_per_sequence(seed);
       std::int64_t const batch = (pages + per_seq - 1) / per_seq;
       std::int64_t const capacity = per_seq * g.page_tokens;
-      std::vector<std::byte> s;
-      auto const t = carve(s, g.layers * g.planes, batch * g.kv_heads * capacity * g.head_bytes(), rng);
+      Storage s(static_cast<std::size_t>(
+        carve(g.layers * g.planes, batch * g.kv_heads * capacity * g.head_bytes(), seed, off)));
+      auto const t = pointers(s);
       std::vector<std::byte*> keys, values;
       for (std::int64_t l = 0; l < g.layers; ++l) {
         keys.push_back(t[static_cast<std::size_t>(l * g.planes)]);
         if (g.planes == 2) { values.push_back(t[static_cast<std::size_t>(l * g.planes + 1)]); }
       }
-      pool<hf_layout> p{std::move(s), hf_layout{keys, values, g, batch, capacity}};
+      hf_layout const layout{keys, values, g, batch, capacity};
+      pool<hf_layout, Storage> p{std::move(s), layout};
       f(p);
       return;
     }
   }
+}
+
+/// `with_pool` with a seed drawn from `rng`.
+template <class Storage = std::vector<std::byte>, class F>
+void with_pool(layout_kind k, kv_geometry const& g, std::int64_t pages, std::mt19937_64& rng, F&& f)
+{
+  with_pool<Storage>(k, g, pages, static_cast<std::uint64_t>(rng()), std::forward<F>(f));
 }
 
 /// Fills bytes with random data.

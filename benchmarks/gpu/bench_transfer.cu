@@ -1,0 +1,235 @@
+// Bandwidth of every backend, loading a context from the pinned host pool into a layer-first GPU
+// pool at random page slots, and backing it up the other way; each figure also as a ratio to one
+// contiguous cudaMemcpyAsync of the same bytes measured in the same run, with the CPU time spent.
+//
+//   bench_transfer [--quick] [--reps N]
+//
+// --quick: 8K-token contexts only, 3 repetitions. Writes transfer.csv (and batch_sweep.csv) to $OUT.
+#include "gpu_bench.cuh"
+
+#include <strata/tier/pinned_host_pool.cuh>
+#include <strata/transfer/dma_batch.cuh>
+#include <strata/transfer/dma_copy.cuh>
+#include <strata/transfer/gpu_assisted.cuh>
+#include <strata/transfer/staged.cuh>
+#include <strata/transfer/submit_thread.cuh>
+
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+using namespace strata;
+
+namespace {
+
+struct measured {
+  double gbps;
+  double caller_cpu_ms;
+  double process_cpu_ms;
+};
+
+double process_cpu_seconds()
+{
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+/// Runs `go(stream) -> transfer_handle` `reps` times (after one warm-up); medians.
+template <class Go>
+measured time_transfer(Go&& go, std::int64_t bytes, int reps, cudaStream_t stream)
+{
+  detail::cuda_event start{true}, stop{true};
+  std::vector<double> gbps, caller, process;
+  for (int r = -1; r < reps; ++r) {
+    STRATA_CUDA_TRY(cudaStreamSynchronize(stream));
+    start.record(stream);
+    double const p0 = process_cpu_seconds();
+    double const c0 = bench::thread_cpu_seconds();
+    transfer_handle const h = go(stream);
+    double const c1 = bench::thread_cpu_seconds();
+    h.wait(stream);
+    stop.record(stream);
+    STRATA_CUDA_TRY(cudaEventSynchronize(stop.get()));
+    double const p1 = process_cpu_seconds();
+    if (r < 0) { continue; }
+    gbps.push_back(static_cast<double>(bytes) / (bench::elapsed_ms(start.get(), stop.get()) * 1e-3) / 1e9);
+    caller.push_back((c1 - c0) * 1e3);
+    process.push_back((p1 - p0) * 1e3);
+  }
+  return {bench::median(gbps), bench::median(caller), bench::median(process)};
+}
+
+/// One contiguous copy of `bytes` (the link's practical ceiling), median GB/s.
+double contiguous_gbps(void* dst, void const* src, std::int64_t bytes, int reps, cudaStream_t stream)
+{
+  detail::cuda_event start{true}, stop{true};
+  std::vector<double> v;
+  for (int r = -1; r < reps; ++r) {
+    start.record(stream);
+    STRATA_CUDA_TRY(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(bytes), cudaMemcpyDefault, stream));
+    stop.record(stream);
+    STRATA_CUDA_TRY(cudaEventSynchronize(stop.get()));
+    if (r >= 0) { v.push_back(static_cast<double>(bytes) / (bench::elapsed_ms(start.get(), stop.get()) * 1e-3) / 1e9); }
+  }
+  return bench::median(v);
+}
+
+/// A few random blocks of the destination equal their sources (a benchmark must move real data).
+template <class Src, class Dst>
+bool spot_check(copy_plan<Src, Dst> const& plan, std::mt19937_64& rng)
+{
+  kv_geometry const g = plan.src.geometry();
+  std::vector<std::byte> a(static_cast<std::size_t>(g.block_bytes())), b(a.size());
+  for (int i = 0; i < 4; ++i) {
+    page_pair const p = plan.pages[rng() % plan.pages.size()];
+    std::int64_t const l = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(g.layers));
+    std::int64_t const k = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(g.planes));
+    STRATA_CUDA_TRY(cudaMemcpy(a.data(), plan.src.block(p.src, l, k).data, a.size(), cudaMemcpyDefault));
+    STRATA_CUDA_TRY(cudaMemcpy(b.data(), plan.dst.block(p.dst, l, k).data, b.size(), cudaMemcpyDefault));
+    if (a != b) { return false; }
+  }
+  return true;
+}
+
+struct shape {
+  char const* label;
+  model_shape model;
+  std::int64_t tensor_parallel;
+};
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+  bool quick = false;
+  int reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) { quick = true; }
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) { reps = std::atoi(argv[++i]); }
+  }
+  if (quick) { reps = std::min(reps, 3); }
+  STRATA_CUDA_TRY(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));  // waiting threads sleep, not spin
+  cudaDeviceProp prop{};
+  STRATA_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# bench_transfer on %s (%d SMs), %d repetitions, median\n", prop.name, prop.multiProcessorCount, reps);
+  std::printf("# dma_batch: batch API %s\n", dma_batch::batch_api_available() ? "available" : "MISSING (fallback)");
+
+  bench::report csv{"transfer.csv",
+                    "model,kv_heads,page_tokens,context,direction,backend,GBps,vs_contiguous,caller_cpu_ms,process_cpu_ms,"
+                    "contiguous_GBps,check"};
+  detail::cuda_stream stream;
+  submit_thread thread;
+  std::mt19937_64 rng{2026};
+
+  shape const shapes[] = {{"llama3.1-8b", models::llama31_8b, 1},
+                          {"llama3.1-8b-tp8", models::llama31_8b, 8},
+                          {"deepseek-v3-mla", models::deepseek_v3, 1}};
+  std::vector<std::int64_t> contexts{8192};
+  if (!quick) { contexts.push_back(65536); }
+
+  std::printf("| model | page | context | dir | backend | GB/s | vs contiguous | caller CPU ms | process CPU ms |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (shape const& s : shapes) {
+    for (std::int64_t page : {16, 32, 64}) {
+      for (std::int64_t context : contexts) {
+        kv_geometry const g = s.model.geometry(page, 2, s.tensor_parallel);
+        std::int64_t const n = context / page;
+        pinned_host_pool pool{g, n, {.chunk_bytes = n * g.page_bytes()}};  // one chunk: contiguous reference
+        auto const host = pool.layout();
+        detail::device_buffer dev(static_cast<std::size_t>(2 * n * g.page_bytes()));
+        layer_first const device{dev.data(), g, 2 * n};
+        {  // non-zero data
+          auto* w = reinterpret_cast<std::uint64_t*>(host.page_data(0));
+          std::size_t const words = static_cast<std::size_t>(pool.bytes() / 8);
+          for (std::size_t i = 0; i < words; ++i) { w[i] = i * 0x9E3779B97F4A7C15ull; }
+        }
+        std::vector<std::int64_t> slots(static_cast<std::size_t>(2 * n));
+        std::iota(slots.begin(), slots.end(), 0);
+        std::shuffle(slots.begin(), slots.end(), rng);
+        std::vector<page_pair> load_map, backup_map;
+        for (std::int64_t i = 0; i < n; ++i) {
+          load_map.push_back({i, slots[static_cast<std::size_t>(i)]});
+          backup_map.push_back({slots[static_cast<std::size_t>(i)], i});
+        }
+        copy_plan const load{host, device, std::span<page_pair const>{load_map}, layer_range::all(g)};
+        copy_plan const backup{device, host, std::span<page_pair const>{backup_map}, layer_range::all(g)};
+        std::int64_t const bytes = load.bytes();
+        double const ref_load = contiguous_gbps(dev.data(), host.page_data(0), bytes, reps, stream.get());
+        double const ref_backup = contiguous_gbps(host.page_data(0), dev.data(), bytes, reps, stream.get());
+
+        auto run = [&](char const* name, auto& backend, bool threaded, completion c) {
+          for (int dir = 0; dir < 2; ++dir) {
+            auto measure = [&](auto const& plan) {
+              return time_transfer(
+                [&](cudaStream_t st) {
+                  return threaded ? thread.submit(backend, plan, st, c) : submit(backend, plan, st, c);
+                },
+                bytes, reps, stream.get());
+            };
+            measured const m = dir == 0 ? measure(load) : measure(backup);
+            bool const ok = dir == 0 ? spot_check(load, rng) : spot_check(backup, rng);
+            double const ref = dir == 0 ? ref_load : ref_backup;
+            char const* d = dir == 0 ? "load" : "backup";
+            std::printf("| %s | %lld | %lld | %s | %s | %.1f | %.3f | %.2f | %.2f |%s\n", s.label, (long long)page,
+                        (long long)context, d, name, m.gbps, m.gbps / ref, m.caller_cpu_ms, m.process_cpu_ms,
+                        ok ? "" : " DATA MISMATCH");
+            std::ostringstream row;
+            row << s.label << "," << g.kv_heads << "," << page << "," << context << "," << d << "," << name << ","
+                << m.gbps << "," << m.gbps / ref << "," << m.caller_cpu_ms << "," << m.process_cpu_ms << "," << ref
+                << "," << (ok ? "ok" : "MISMATCH");
+            csv.row(row.str());
+          }
+        };
+        std::printf("| %s | %lld | %lld | load / backup | contiguous cudaMemcpyAsync | %.1f / %.1f | 1 | | |\n",
+                    s.label, (long long)page, (long long)context, ref_load, ref_backup);
+        dma_copy per_run;
+        run("dma_copy", per_run, false, completion::whole);
+        dma_batch batch1k{{.descriptors_per_call = 1024}};
+        run("dma_batch/1024", batch1k, false, completion::whole);
+        run("dma_batch/1024 (submit thread)", batch1k, true, completion::whole);
+        dma_batch batch_all{{.descriptors_per_call = std::numeric_limits<std::size_t>::max()}};
+        run("dma_batch/all", batch_all, false, completion::whole);
+        for (int ctas : {1, 2, 4}) {
+          gpu_assisted k{{ctas, 1024}};
+          std::string const name = "gpu_assisted/" + std::to_string(ctas);
+          run(name.c_str(), k, false, completion::whole);
+        }
+        gpu_assisted per_layer{{2, 1024}};
+        run("gpu_assisted/2 per-layer", per_layer, false, completion::per_layer);
+        staged st;
+        run("staged", st, false, completion::whole);
+      }
+    }
+  }
+
+  // Descriptors per batch call, Llama-3.1-8B, 32-token pages, 8K context, and its TP8 shard.
+  bench::report sweep{"batch_sweep.csv", "model,kv_heads,descriptors_per_call,GBps,vs_contiguous,caller_cpu_ms"};
+  std::printf("\n| model | descriptors per call | load GB/s | vs contiguous | caller CPU ms |\n|---|---|---|---|---|\n");
+  for (std::int64_t tp : {1, 8}) {
+    kv_geometry const g = models::llama31_8b.geometry(32, 2, tp);
+    std::int64_t const n = 8192 / 32;
+    pinned_host_pool pool{g, n, {.chunk_bytes = n * g.page_bytes()}};
+    detail::device_buffer dev(static_cast<std::size_t>(2 * n * g.page_bytes()));
+    layer_first const device{dev.data(), g, 2 * n};
+    std::vector<page_pair> map;
+    for (std::int64_t i = 0; i < n; ++i) { map.push_back({i, 2 * n - 1 - 2 * i}); }
+    copy_plan const load{pool.layout(), device, std::span<page_pair const>{map}, layer_range::all(g)};
+    double const ref = contiguous_gbps(dev.data(), pool.layout().page_data(0), load.bytes(), reps, stream.get());
+    for (std::size_t per_call : {128, 256, 512, 1024, 2048, 4096, 16384}) {
+      dma_batch b{{.descriptors_per_call = per_call}};
+      measured const m = time_transfer([&](cudaStream_t st) { return submit(b, load, st, completion::whole); },
+                                       load.bytes(), reps, stream.get());
+      std::printf("| %s | %zu | %.1f | %.3f | %.2f |\n", tp == 1 ? "llama3.1-8b" : "llama3.1-8b-tp8", per_call, m.gbps,
+                  m.gbps / ref, m.caller_cpu_ms);
+      std::ostringstream row;
+      row << (tp == 1 ? "llama3.1-8b" : "llama3.1-8b-tp8") << "," << g.kv_heads << "," << per_call << "," << m.gbps
+          << "," << m.gbps / ref << "," << m.caller_cpu_ms;
+      sweep.row(row.str());
+    }
+  }
+  return 0;
+}

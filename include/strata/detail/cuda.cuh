@@ -1,0 +1,155 @@
+/**
+ * @file detail/cuda.cuh
+ * @brief RAII owners of CUDA events, streams and allocations, used inside strata's device parts.
+ */
+#pragma once
+
+#include <strata/config.hpp>
+#include <strata/error.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace strata::detail {
+
+/// @brief An owned CUDA event (timing disabled unless asked): cheap to record and wait on.
+class cuda_event {
+ public:
+  explicit cuda_event(bool timing = false)
+  {
+    STRATA_CUDA_TRY(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  cuda_event(cuda_event&& o) noexcept : event_{std::exchange(o.event_, nullptr)} {}
+  cuda_event& operator=(cuda_event&& o) noexcept
+  {
+    std::swap(event_, o.event_);
+    return *this;
+  }
+  cuda_event(cuda_event const&) = delete;
+  cuda_event& operator=(cuda_event const&) = delete;
+  ~cuda_event()
+  {
+    if (event_ != nullptr) { STRATA_ASSERT_CUDA_SUCCESS(cudaEventDestroy(event_)); }
+  }
+  [[nodiscard]] cudaEvent_t get() const noexcept { return event_; }
+  void record(cudaStream_t s) const { STRATA_CUDA_TRY(cudaEventRecord(event_, s)); }
+
+ private:
+  cudaEvent_t event_{};
+};
+
+/// @brief An owned non-blocking CUDA stream.
+class cuda_stream {
+ public:
+  explicit cuda_stream(int priority = 0)
+  {
+    STRATA_CUDA_TRY(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
+  }
+  cuda_stream(cuda_stream&& o) noexcept : stream_{std::exchange(o.stream_, nullptr)} {}
+  cuda_stream& operator=(cuda_stream&& o) noexcept
+  {
+    std::swap(stream_, o.stream_);
+    return *this;
+  }
+  cuda_stream(cuda_stream const&) = delete;
+  cuda_stream& operator=(cuda_stream const&) = delete;
+  ~cuda_stream()
+  {
+    if (stream_ != nullptr) { STRATA_ASSERT_CUDA_SUCCESS(cudaStreamDestroy(stream_)); }
+  }
+  [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_{};
+};
+
+/// @brief Device memory from `cudaMalloc`; throws `strata::out_of_memory` naming the size.
+class device_buffer {
+ public:
+  device_buffer() = default;
+  explicit device_buffer(std::size_t bytes) : bytes_{bytes}
+  {
+    if (bytes == 0) { return; }
+    cudaError_t const e = cudaMalloc(&data_, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::size_t free = 0, total = 0;
+      (void)cudaMemGetInfo(&free, &total);
+      throw out_of_memory(concat("strata: cudaMalloc of ", bytes, " bytes failed (", cudaGetErrorName(e), "); ",
+                                 free, " of ", total, " bytes free"));
+    }
+  }
+  device_buffer(device_buffer&& o) noexcept
+    : data_{std::exchange(o.data_, nullptr)}, bytes_{std::exchange(o.bytes_, 0)}
+  {
+  }
+  device_buffer& operator=(device_buffer&& o) noexcept
+  {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  device_buffer(device_buffer const&) = delete;
+  device_buffer& operator=(device_buffer const&) = delete;
+  ~device_buffer()
+  {
+    if (data_ != nullptr) { STRATA_ASSERT_CUDA_SUCCESS(cudaFree(data_)); }
+  }
+  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+
+ private:
+  void* data_{};
+  std::size_t bytes_{};
+};
+
+/// @brief Pinned, device-mapped host memory from `cudaHostAlloc`; throws `strata::out_of_memory`.
+class pinned_buffer {
+ public:
+  pinned_buffer() = default;
+  explicit pinned_buffer(std::size_t bytes) : bytes_{bytes}
+  {
+    if (bytes == 0) { return; }
+    cudaError_t const e = cudaHostAlloc(&data_, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw out_of_memory(concat("strata: cudaHostAlloc of ", bytes, " pinned bytes failed (", cudaGetErrorName(e), ")"));
+    }
+  }
+  pinned_buffer(pinned_buffer&& o) noexcept
+    : data_{std::exchange(o.data_, nullptr)}, bytes_{std::exchange(o.bytes_, 0)}
+  {
+  }
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept
+  {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  pinned_buffer(pinned_buffer const&) = delete;
+  pinned_buffer& operator=(pinned_buffer const&) = delete;
+  ~pinned_buffer()
+  {
+    if (data_ != nullptr) { STRATA_ASSERT_CUDA_SUCCESS(cudaFreeHost(data_)); }
+  }
+  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+
+ private:
+  void* data_{};
+  std::size_t bytes_{};
+};
+
+/// @brief Multiprocessors of the current device.
+inline int sm_count()
+{
+  int device = 0, sms = 0;
+  STRATA_CUDA_TRY(cudaGetDevice(&device));
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+}  // namespace strata::detail

@@ -1,0 +1,89 @@
+/**
+ * @file tier/slot_allocator.hpp
+ * @brief Page slots of a fixed-capacity store: allocate, release, with all-or-nothing validation.
+ */
+#pragma once
+
+#include <strata/error.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace strata {
+
+/**
+ * @brief Hands out slot ids `[0, capacity)` of a page store.
+ *
+ * A fresh allocator hands out ascending ids, so that pages allocated together are adjacent and
+ * their copies merge. Not thread-safe: one owner (the tier) serialises calls.
+ */
+class slot_allocator {
+ public:
+  /**
+   * @param capacity slots in the store
+   * @throw strata::invalid_argument when `capacity` is not positive
+   */
+  explicit slot_allocator(std::int64_t capacity) : allocated_(static_cast<std::size_t>(capacity > 0 ? capacity : 0))
+  {
+    STRATA_EXPECTS(capacity > 0, "slot_allocator: capacity must be positive, got ", capacity);
+    free_.reserve(static_cast<std::size_t>(capacity));
+    for (std::int64_t s = capacity - 1; s >= 0; --s) { free_.push_back(s); }
+  }
+
+  /// @brief Slots in the store.
+  [[nodiscard]] std::int64_t capacity() const noexcept { return static_cast<std::int64_t>(allocated_.size()); }
+  /// @brief Slots free now.
+  [[nodiscard]] std::int64_t available() const noexcept { return static_cast<std::int64_t>(free_.size()); }
+  /// @brief Slots allocated now.
+  [[nodiscard]] std::int64_t used() const noexcept { return capacity() - available(); }
+  /// @brief Whether `slot` is in range and allocated.
+  [[nodiscard]] bool is_allocated(std::int64_t slot) const noexcept
+  {
+    return slot >= 0 && slot < capacity() && allocated_[static_cast<std::size_t>(slot)];
+  }
+
+  /**
+   * @brief Allocates `n` slots.
+   * @throw strata::invalid_argument when `n` is not positive
+   * @throw strata::out_of_memory with the slots asked and available; nothing is allocated
+   */
+  [[nodiscard]] std::vector<std::int64_t> allocate(std::int64_t n)
+  {
+    STRATA_EXPECTS(n > 0, "slot_allocator: slots asked must be positive, got ", n);
+    STRATA_EXPECTS_AS(out_of_memory, n <= available(), "slot_allocator: asked for ", n, " slots, ", available(),
+                      " of ", capacity(), " available");
+    std::vector<std::int64_t> out(free_.end() - n, free_.end());
+    free_.resize(free_.size() - static_cast<std::size_t>(n));
+    std::reverse(out.begin(), out.end());
+    for (auto s : out) { allocated_[static_cast<std::size_t>(s)] = true; }
+    return out;
+  }
+
+  /**
+   * @brief Returns slots to the store.
+   * @throw strata::invalid_argument for a slot out of range, not allocated, or listed twice;
+   *        nothing is released then
+   */
+  void release(std::span<std::int64_t const> slots)
+  {
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      auto const s = slots[i];
+      bool const in_range = s >= 0 && s < capacity();
+      if (!in_range || !allocated_[static_cast<std::size_t>(s)]) {
+        for (std::size_t j = 0; j < i; ++j) { allocated_[static_cast<std::size_t>(slots[j])] = true; }  // undo
+        STRATA_EXPECTS(in_range, "slot_allocator: slot ", s, " out of range [0, ", capacity(), ")");
+        STRATA_EXPECTS(false, "slot_allocator: slot ", s, " is not allocated (released twice, or listed twice)");
+      }
+      allocated_[static_cast<std::size_t>(s)] = false;  // so that a repeat later in `slots` is caught
+    }
+    for (auto s : slots) { free_.push_back(s); }
+  }
+
+ private:
+  std::vector<bool> allocated_;
+  std::vector<std::int64_t> free_;  // a stack: back() is handed out next
+};
+
+}  // namespace strata

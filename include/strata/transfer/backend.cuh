@@ -1,0 +1,214 @@
+/**
+ * @file transfer/backend.cuh
+ * @brief The `transfer_backend` concept, transfer handles with per-layer completion, and the
+ *        functions that submit a plan to a backend.
+ *
+ * ```
+ * auto h = strata::submit(backend, plan, copy_stream);          // per-layer events
+ * for (layer ...) { strata::wait_layer(h, layer, compute_stream); attention(layer); }
+ * ```
+ */
+#pragma once
+
+#include <strata/detail/cuda.cuh>
+#include <strata/layout/layer_first.hpp>
+#include <strata/layout/page_first.hpp>
+#include <strata/transfer/copy_plan.hpp>
+
+#include <cuda/stream_ref>
+
+#include <atomic>
+#include <concepts>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace strata {
+
+/**
+ * @brief A way to move pages between two layouts on a CUDA stream.
+ *
+ * `b.enqueue(plan, stream, layer_events)` takes a plan that `validate` accepted and enqueues the
+ * copy so that work enqueued on `stream` afterwards runs after it. `layer_events` is empty, or holds
+ * one event per layer of `plan.layers`: the backend records event `i` on `stream` once layer
+ * `plan.layers.begin + i` has fully landed (backends that move whole pages record them all at the
+ * end). `B::name` names it in reports. Backends are not thread-safe: one thread uses an instance
+ * at a time.
+ */
+template <class B>
+concept transfer_backend =
+  requires(B& b, copy_plan<page_first, layer_first> const& plan, cudaStream_t s, std::span<cudaEvent_t const> ev) {
+    { B::name } -> std::convertible_to<char const*>;
+    b.enqueue(plan, s, ev);
+  };
+
+/// @brief When the consumer of a transfer learns that its data landed.
+enum class completion {
+  per_layer,  ///< one event per layer: compute on layer l may start when layer l has landed
+  whole,      ///< one event for the whole transfer (cheaper; for bulk moves and backups)
+};
+
+/**
+ * @brief Completion of one submitted transfer: one CUDA event per layer (or one for the whole).
+ *
+ * Cheap to move; copies share the same events. For a backup, `wait` / `synchronize` /
+ * `done_event` mark the point after which the source pages may be reused.
+ */
+class transfer_handle {
+ public:
+  transfer_handle() = default;
+
+  /// @brief A handle for `layers` with events created (not yet recorded).
+  transfer_handle(layer_range layers, completion c) : state_{std::make_shared<state>()}, layers_{layers}
+  {
+    auto const n = c == completion::per_layer ? layers.size() : 1;
+    state_->events.reserve(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) { state_->events.emplace_back(); }
+    state_->raw.reserve(static_cast<std::size_t>(n));
+    for (auto const& e : state_->events) { state_->raw.push_back(e.get()); }
+  }
+
+  /// @brief Layers the transfer covers.
+  [[nodiscard]] layer_range layers() const noexcept { return layers_; }
+  /// @brief Whether the handle refers to a transfer.
+  [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+  /// @brief Whether completion is tracked per layer.
+  [[nodiscard]] bool per_layer() const noexcept { return valid() && state_->events.size() > 1; }
+
+  /**
+   * @brief Makes `stream` wait until `layer` has landed (and only that layer, where tracked per
+   *        layer). Blocks the calling thread only while a submit thread has not yet enqueued it.
+   * @throw strata::invalid_argument for a layer outside the transfer, or an empty handle
+   * @throw the submit thread's error, if enqueueing failed there
+   */
+  void wait_layer(std::int64_t layer, cuda::stream_ref stream) const
+  {
+    STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
+    STRATA_EXPECTS(layer >= layers_.begin && layer < layers_.end, "transfer_handle: layer ", layer,
+                   " is not in the transfer's range [", layers_.begin, ", ", layers_.end, ")");
+    std::size_t const i = index(layer);
+    await_recorded(i + 1);
+    STRATA_CUDA_TRY(cudaStreamWaitEvent(stream.get(), state_->raw[i], 0));
+  }
+
+  /// @brief Makes `stream` wait until the whole transfer has landed.
+  void wait(cuda::stream_ref stream) const
+  {
+    STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
+    await_recorded(state_->raw.size());
+    for (auto e : state_->raw) { STRATA_CUDA_TRY(cudaStreamWaitEvent(stream.get(), e, 0)); }
+  }
+
+  /// @brief Blocks the calling thread until the whole transfer has landed.
+  void synchronize() const
+  {
+    STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
+    await_recorded(state_->raw.size());
+    for (auto e : state_->raw) { STRATA_CUDA_TRY(cudaEventSynchronize(e)); }
+  }
+
+  /// @brief True once the whole transfer has landed (never blocks).
+  [[nodiscard]] bool done() const
+  {
+    if (!valid() || state_->recorded.load(std::memory_order_acquire) < state_->raw.size()) { return false; }
+    for (auto e : state_->raw) {
+      cudaError_t const r = cudaEventQuery(e);
+      if (r == cudaErrorNotReady) { return false; }
+      STRATA_CUDA_TRY(r);
+    }
+    return true;
+  }
+
+  /// @brief The event of the last layer to land (the whole transfer's, for `completion::whole`).
+  [[nodiscard]] cudaEvent_t done_event() const
+  {
+    STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
+    await_recorded(state_->raw.size());
+    return state_->raw.back();
+  }
+
+  /// @brief For backends and submit threads: the events to record, in layer order.
+  [[nodiscard]] std::span<cudaEvent_t const> events() const noexcept { return state_->raw; }
+  /// @brief For submit threads: the first `n` events are recorded (waiters may go ahead).
+  void mark_recorded(std::size_t n) const noexcept
+  {
+    state_->recorded.store(n, std::memory_order_release);
+    state_->recorded.notify_all();
+  }
+  /// @brief For submit threads: enqueueing failed; waiters rethrow `e`.
+  void fail(std::exception_ptr e) const noexcept
+  {
+    {
+      std::lock_guard lock{state_->m};
+      state_->error = std::move(e);
+    }
+    mark_recorded(state_->raw.size());
+  }
+
+ private:
+  struct state {
+    std::vector<detail::cuda_event> events;
+    std::vector<cudaEvent_t> raw;
+    std::atomic<std::size_t> recorded{0};
+    std::mutex m;
+    std::exception_ptr error;
+  };
+  [[nodiscard]] std::size_t index(std::int64_t layer) const noexcept
+  {
+    return state_->raw.size() == 1 ? 0 : static_cast<std::size_t>(layer - layers_.begin);
+  }
+  void await_recorded(std::size_t n) const
+  {
+    for (auto r = state_->recorded.load(std::memory_order_acquire); r < n;
+         r = state_->recorded.load(std::memory_order_acquire)) {
+      state_->recorded.wait(r, std::memory_order_acquire);
+    }
+    std::lock_guard lock{state_->m};
+    if (state_->error) { std::rethrow_exception(state_->error); }
+  }
+
+  std::shared_ptr<state> state_;
+  layer_range layers_{};
+};
+
+/// @brief Makes `stream` wait for one layer of a transfer: `handle.wait_layer(layer, stream)`.
+inline void wait_layer(transfer_handle const& handle, std::int64_t layer, cuda::stream_ref stream)
+{
+  handle.wait_layer(layer, stream);
+}
+
+/**
+ * @brief Validates `plan`, then enqueues it on `stream` from the calling thread; returns its handle.
+ * @throw strata::invalid_argument for a bad plan, before anything is enqueued
+ * @throw strata::cuda_error when a CUDA call fails
+ */
+template <transfer_backend B, kv_layout Src, kv_layout Dst>
+transfer_handle submit(B& backend, copy_plan<Src, Dst> const& plan, cuda::stream_ref stream,
+                       completion c = completion::per_layer)
+{
+  validate(plan);
+  transfer_handle h{plan.layers, c};
+  if (c == completion::per_layer) {
+    backend.enqueue(plan, stream.get(), h.events());
+  } else {
+    backend.enqueue(plan, stream.get(), {});
+    STRATA_CUDA_TRY(cudaEventRecord(h.events()[0], stream.get()));
+  }
+  h.mark_recorded(h.events().size());
+  return h;
+}
+
+/**
+ * @brief Validates `plan`, then enqueues it on `stream`; later work on `stream` sees the pages.
+ * @throw strata::invalid_argument for a bad plan, before anything is enqueued
+ */
+template <transfer_backend B, kv_layout Src, kv_layout Dst>
+void copy(B& backend, copy_plan<Src, Dst> const& plan, cuda::stream_ref stream)
+{
+  validate(plan);
+  backend.enqueue(plan, stream.get(), {});
+}
+
+}  // namespace strata

@@ -1,0 +1,191 @@
+/**
+ * @file transfer/staged.cuh
+ * @brief The copy engine moves whole page-first records into a GPU staging buffer; an SM kernel
+ *        relays them into the destination layout through HBM (and the reverse for backups).
+ */
+#pragma once
+
+#include <strata/transfer/gpu_assisted.cuh>
+
+#include <array>
+
+namespace strata {
+
+/// @brief A layout whose pages are contiguous records (`page_first`, `page_first_chunked`).
+template <class L>
+concept record_layout = kv_layout<L> && L::order == layout_order::page_major && requires(L const& l, std::int64_t p) {
+  { l.page_data(p) } -> std::same_as<std::byte*>;
+};
+
+/// @brief Tuning of `staged`.
+struct staged_config {
+  /// Bytes of GPU staging memory, split in two halves that alternate: while the relay kernel
+  /// drains one, the copy engine fills the other. Grown to two records if smaller.
+  std::int64_t staging_bytes = std::int64_t{256} << 20;
+  /// Launch shape of the relay kernel (HBM to HBM: two CTAs keep up with PCIe).
+  gpu_assisted_config relay{2, 1024};
+};
+
+namespace detail {
+
+/// @brief Slots of the staging buffer, each one record of the plan's layers `[first_layer, ...)`.
+struct staging_layout {
+  static constexpr layout_order order = layout_order::page_major;
+  static constexpr char const* name = "staging";
+  std::byte* base;
+  kv_geometry geometry_;
+  std::int64_t first_layer;
+  std::int64_t record_bytes;
+  std::int64_t slots;
+
+  [[nodiscard]] STRATA_HOST_DEVICE kv_geometry const& geometry() const noexcept { return geometry_; }
+  [[nodiscard]] STRATA_HOST_DEVICE std::int64_t num_pages() const noexcept { return slots; }
+  [[nodiscard]] STRATA_HOST_DEVICE block_ref block(std::int64_t slot, std::int64_t layer,
+                                                   std::int64_t plane) const noexcept
+  {
+    auto const& g = geometry_;
+    return {base + slot * record_bytes + ((layer - first_layer) * g.planes + plane) * g.block_bytes(), g.row_bytes(),
+            g.head_bytes()};
+  }
+};
+static_assert(kv_layout<staging_layout>);
+
+}  // namespace detail
+
+/**
+ * @brief Loads from page-first records (few large copy-engine descriptors, one per run of adjacent
+ *        records) plus an HBM relay; backups the reverse.
+ *
+ * Loads need a `record_layout` source, backups a `record_layout` destination; the other side is any
+ * layout in device memory. Whole records move at once, so per-layer events are all recorded when
+ * the transfer ends. The relay takes `relay.ctas` SMs for short bursts; the link is driven by the
+ * copy engine.
+ */
+class staged {
+ public:
+  static constexpr char const* name = "staged";  ///< for reports
+
+  /**
+   * @param config tuning
+   * @throw strata::invalid_argument for a non-positive staging size or a bad relay shape
+   */
+  explicit staged(staged_config config = {}) : config_{config}, relay_{config.relay}
+  {
+    STRATA_EXPECTS(config.staging_bytes > 0, "staged: staging_bytes must be positive, got ", config.staging_bytes);
+  }
+
+  /// @brief The tuning.
+  [[nodiscard]] staged_config const& config() const noexcept { return config_; }
+
+  /// @brief Enqueues a validated plan (see `transfer_backend`): a load if the source is made of
+  ///        records, else a backup into records.
+  template <kv_layout Src, kv_layout Dst>
+    requires(record_layout<Src> || record_layout<Dst>)
+  void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  {
+    kv_geometry const g = plan.src.geometry();
+    std::int64_t const record = plan.layers.size() * g.planes * g.block_bytes();
+    std::int64_t const offset = plan.layers.begin * g.planes * g.block_bytes();
+    std::int64_t const per_half = std::max<std::int64_t>(1, config_.staging_bytes / 2 / record);
+    std::int64_t const n = static_cast<std::int64_t>(plan.pages.size());
+    std::int64_t const slots_per_half = std::min(per_half, n);
+    reserve(2 * slots_per_half * record);
+    detail::staging_layout const staging{staging_.data(), g, plan.layers.begin, record, 2 * slots_per_half};
+
+    // Relay pairs: (page, slot) for backups, (slot, page) for loads; uploaded once.
+    constexpr bool load = record_layout<Src>;
+    std::size_t const bytes = static_cast<std::size_t>(n) * sizeof(page_pair);
+    auto const region = ring_.acquire(bytes);
+    auto* host_pairs = reinterpret_cast<page_pair*>(region.host);
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::int64_t const slot = (i / slots_per_half % 2) * slots_per_half + i % slots_per_half;
+      host_pairs[i] = load ? page_pair{slot, plan.pages[i].dst} : page_pair{plan.pages[i].src, slot};
+    }
+    detail::descriptor_ring::upload(region, bytes, stream);
+    auto const* device_pairs = reinterpret_cast<page_pair const*>(region.device);
+    auto const shape = load ? detail::make_segment_shape(g, staging.block(0, plan.layers.begin, 0),
+                                                         plan.dst.block(plan.pages[0].dst, plan.layers.begin, 0))
+                            : detail::make_segment_shape(g, plan.src.block(plan.pages[0].src, plan.layers.begin, 0),
+                                                         staging.block(0, plan.layers.begin, 0));
+    // Everything before this call on `stream`, and this instance's previous transfer, come first.
+    STRATA_CUDA_TRY(cudaStreamWaitEvent(stream, finished_.get(), 0));
+    STRATA_CUDA_TRY(cudaEventRecord(start_.get(), stream));
+    STRATA_CUDA_TRY(cudaStreamWaitEvent(relay_stream_.get(), start_.get(), 0));
+
+    auto const& records = [&]() -> auto const& {
+      if constexpr (load) {
+        return plan.src;
+      } else {
+        return plan.dst;
+      }
+    }();
+    auto const record_page = [&](std::int64_t i) { return load ? plan.pages[i].src : plan.pages[i].dst; };
+    bool const whole_records = record == g.page_bytes();
+    // Copy-engine descriptors between records and the chunk's consecutive slots; whole records of
+    // adjacent pages merge into one descriptor.
+    auto dma = [&](std::int64_t first, std::int64_t count, std::int64_t first_slot) {
+      for (std::int64_t i = first; i < first + count;) {
+        std::int64_t j = i + 1;
+        while (whole_records && j < first + count &&
+               records.page_data(record_page(j)) == records.page_data(record_page(j - 1)) + record) {
+          ++j;
+        }
+        std::byte* const slot = staging.base + (first_slot + i - first) * record;
+        std::byte* const rec = records.page_data(record_page(i)) + offset;
+        auto const len = static_cast<std::size_t>((j - i) * record);
+        STRATA_CUDA_TRY(cudaMemcpyAsync(load ? slot : rec, load ? rec : slot, len, cudaMemcpyDefault, stream));
+        i = j;
+      }
+    };
+
+    for (std::int64_t first = 0, chunk = 0; first < n; first += slots_per_half, ++chunk) {
+      std::int64_t const count = std::min(slots_per_half, n - first);
+      std::size_t const half = static_cast<std::size_t>(chunk % 2);
+      std::int64_t const first_slot = static_cast<std::int64_t>(half) * slots_per_half;
+      if constexpr (load) {
+        if (chunk >= 2) { STRATA_CUDA_TRY(cudaStreamWaitEvent(stream, relayed_[half].get(), 0)); }
+        dma(first, count, first_slot);
+        STRATA_CUDA_TRY(cudaEventRecord(moved_[half].get(), stream));
+        STRATA_CUDA_TRY(cudaStreamWaitEvent(relay_stream_.get(), moved_[half].get(), 0));
+        relay_.launch(staging, plan.dst, device_pairs + first, count, plan.layers.begin, plan.layers.size(), shape,
+                      relay_stream_.get());
+        STRATA_CUDA_TRY(cudaEventRecord(relayed_[half].get(), relay_stream_.get()));
+      } else {
+        if (chunk >= 2) { STRATA_CUDA_TRY(cudaStreamWaitEvent(relay_stream_.get(), moved_[half].get(), 0)); }
+        relay_.launch(plan.src, staging, device_pairs + first, count, plan.layers.begin, plan.layers.size(), shape,
+                      relay_stream_.get());
+        STRATA_CUDA_TRY(cudaEventRecord(relayed_[half].get(), relay_stream_.get()));
+        STRATA_CUDA_TRY(cudaStreamWaitEvent(stream, relayed_[half].get(), 0));
+        dma(first, count, first_slot);
+        STRATA_CUDA_TRY(cudaEventRecord(moved_[half].get(), stream));
+      }
+    }
+    // Join the relay stream back (loads end with a relay), then mark the staging buffer free.
+    STRATA_CUDA_TRY(cudaEventRecord(start_.get(), relay_stream_.get()));
+    STRATA_CUDA_TRY(cudaStreamWaitEvent(stream, start_.get(), 0));
+    STRATA_CUDA_TRY(cudaEventRecord(finished_.get(), stream));
+    ring_.release_after(stream);
+    for (auto e : layer_events) { STRATA_CUDA_TRY(cudaEventRecord(e, stream)); }
+  }
+
+ private:
+  void reserve(std::int64_t bytes)
+  {
+    if (static_cast<std::int64_t>(staging_.size()) >= bytes) { return; }
+    STRATA_CUDA_TRY(cudaEventSynchronize(finished_.get()));  // the previous transfer may still use it
+    staging_ = detail::device_buffer{};
+    staging_ = detail::device_buffer{static_cast<std::size_t>(std::max(bytes, config_.staging_bytes))};
+  }
+
+  staged_config config_;
+  gpu_assisted relay_;
+  detail::device_buffer staging_;
+  detail::descriptor_ring ring_;
+  detail::cuda_stream relay_stream_;
+  detail::cuda_event start_;
+  detail::cuda_event finished_;
+  std::array<detail::cuda_event, 2> moved_;
+  std::array<detail::cuda_event, 2> relayed_;
+};
+
+}  // namespace strata

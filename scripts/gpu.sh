@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU (sm_90): build everything, run the whole test suite (the [gpu]
+# tests included), compute-sanitizer memcheck on a quick pass of the [gpu] tests, the GPU example,
+# and the GPU benchmarks. Results and logs go to $OUT (default: build-gpu/results).
+#
+#   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [interference]   (default: tests memcheck bench-quick)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-build-gpu/results}
+mkdir -p "$out"
+steps=${*:-tests memcheck bench-quick}
+gen=""
+command -v ninja >/dev/null 2>&1 && gen="-G Ninja"
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv || true
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo +dirty)"
+  date -u
+} >"$out/machine.txt" 2>&1
+cmake -S . -B build-gpu $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 &&
+  cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1
+status=$?
+tail -n 30 "$out/build.log"
+[ $status -eq 0 ] || exit $status
+
+rc=0
+for step in $steps; do
+  case $step in
+    tests)
+      ctest --test-dir build-gpu --output-on-failure -j 4 2>&1 | tee "$out/tests.log" | tail -n 25
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      ./build-gpu/examples/gpu_layerwise_load 2>&1 | tee -a "$out/tests.log" || rc=1
+      ;;
+    memcheck)
+      for t in test_gpu_assisted test_dma test_staged test_pinned_pool; do
+        STRATA_GPU_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+          ./build-gpu/tests/$t 2>&1 | tail -n 4 | tee -a "$out/tests.log"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      done
+      ;;
+    bench-quick) ./build-gpu/benchmarks/gpu/bench_transfer --quick 2>&1 | tee "$out/bench_transfer.md" | tail -n 60 ;;
+    bench) ./build-gpu/benchmarks/gpu/bench_transfer 2>&1 | tee "$out/bench_transfer.md" | tail -n 80 ;;
+    interference) ./build-gpu/benchmarks/gpu/bench_interference 2>&1 | tee "$out/bench_interference.md" | tail -n 80 ;;
+    *) echo "unknown step $step" >&2; rc=2 ;;
+  esac
+done
+exit $rc

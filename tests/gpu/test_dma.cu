@@ -1,0 +1,109 @@
+#include "gpu_support.cuh"
+
+#include <strata/transfer/dma_batch.cuh>
+#include <strata/transfer/dma_copy.cuh>
+#include <strata/transfer/gpu_assisted.cuh>
+#include <strata/transfer/submit_thread.cuh>
+
+using namespace strata;
+using test::layout_kind;
+
+TEST_CASE("dma_copy round trips every layout pair bit-exactly", "[gpu][dma]")
+{
+  detail::cuda_stream stream;
+  dma_copy b;
+  test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
+    test::round_trip(dk, hk, g, seed, [&](auto const& plan) { return submit(b, plan, stream.get()); });
+  });
+}
+
+TEST_CASE("dma_batch round trips every layout pair bit-exactly", "[gpu][dma]")
+{
+  INFO("driver batch API available: " << dma_batch::batch_api_available());
+  CHECK(dma_batch::batch_api_available());  // CUDA 12.8+ drivers have it; the H200 runs 13.0
+  detail::cuda_stream stream;
+  dma_batch batched;
+  dma_batch chunked{{.descriptors_per_call = 7}};
+  dma_batch fallback{{.use_batch_api = false}};
+  test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
+    test::round_trip(dk, hk, g, seed, [&](auto const& plan) { return submit(batched, plan, stream.get()); });
+    test::round_trip(dk, hk, g, seed + 1,
+                     [&](auto const& plan) { return submit(chunked, plan, stream.get(), completion::whole); });
+    test::round_trip(dk, hk, g, seed + 2, [&](auto const& plan) { return submit(fallback, plan, stream.get()); });
+  });
+}
+
+TEST_CASE("dma backends handle adversarial page maps", "[gpu][dma]")
+{
+  detail::cuda_stream stream;
+  dma_copy single;
+  dma_batch batched;
+  test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
+    if (g.page_tokens != 16) { return; }
+    test::adversarial_maps(dk, hk, g, seed, [&](auto const& plan) { return submit(single, plan, stream.get()); });
+    test::adversarial_maps(dk, hk, g, seed, [&](auto const& plan) { return submit(batched, plan, stream.get()); });
+  });
+}
+
+TEST_CASE("a submit thread enqueues dma_batch off the caller's thread", "[gpu][dma][submit_thread]")
+{
+  detail::cuda_stream stream;
+  dma_batch batched;
+  submit_thread thread;
+  test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
+    if (g.page_tokens != 32) { return; }
+    test::round_trip(dk, hk, g, seed, [&](auto const& plan) { return thread.submit(batched, plan, stream.get()); });
+  });
+}
+
+namespace {
+__global__ void fill_kernel(std::uint32_t* p, std::size_t n, std::uint32_t value)
+{
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) { p[i] = value; }
+}
+}  // namespace
+
+TEST_CASE("a submit thread orders the copy after earlier work on the caller's stream", "[gpu][submit_thread]")
+{
+  detail::cuda_stream stream;
+  dma_batch batched;
+  submit_thread thread;
+  kv_geometry const g = models::llama31_8b.geometry(32);
+  std::int64_t const pages = 8;
+  test::device_storage dev(pages * g.page_bytes());
+  test::pinned_storage host(pages * g.page_bytes());
+  layer_first const src{dev.data(), g, pages};
+  page_first const dst{host.data(), g, pages};
+  std::vector<page_pair> map;
+  for (std::int64_t i = 0; i < pages; ++i) { map.push_back({i, i}); }
+  for (std::uint32_t round = 1; round <= 3; ++round) {
+    // A slow kernel writes the pages, then the backup is submitted right away.
+    fill_kernel<<<1, 32, 0, stream.get()>>>(reinterpret_cast<std::uint32_t*>(dev.data()), dev.size() / 4, round);
+    auto const h = thread.submit(batched, copy_plan{src, dst, std::span<page_pair const>{map}, layer_range::all(g)},
+                                 stream.get(), completion::whole);
+    h.synchronize();
+    auto const words = reinterpret_cast<std::uint32_t const*>(host.data());
+    CHECK(std::all_of(words, words + host.size() / 4, [&](std::uint32_t w) { return w == round; }));
+  }
+}
+
+TEST_CASE("a submit thread reports the backend's error to whoever waits", "[gpu][submit_thread]")
+{
+  detail::cuda_stream stream;
+  gpu_assisted b;
+  submit_thread thread;
+  kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
+  test::device_storage dev(2 * g.page_bytes() + 64);
+  test::pinned_storage host(2 * g.page_bytes());
+  page_first const src{host.data(), g, 2};
+  layer_first const misaligned{dev.data() + 8, g, 2};
+  std::vector<page_pair> const map{{0, 0}};
+  auto const h = thread.submit(b, copy_plan{src, misaligned, std::span<page_pair const>{map}, layer_range::all(g)},
+                               stream.get());
+  STRATA_REQUIRE_THROWS(invalid_argument, "not 16-byte aligned", h.wait_layer(0, stream.get()));
+  STRATA_REQUIRE_THROWS(invalid_argument, "not 16-byte aligned", h.synchronize());
+  // Bad plans are still rejected on the caller's thread.
+  std::vector<page_pair> const bad{{5, 0}};
+  STRATA_REQUIRE_THROWS(invalid_argument, "source page 5 out of range",
+                        (void)thread.submit(b, copy_plan{src, misaligned, std::span<page_pair const>{bad}, layer_range::all(g)}, stream.get()));
+}
