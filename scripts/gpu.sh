@@ -3,7 +3,7 @@
 # tests included), compute-sanitizer memcheck on a quick pass of the [gpu] tests, the GPU example,
 # and the GPU benchmarks. Results and logs go to $OUT (default: build-gpu/results).
 #
-#   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [interference]   (default: tests memcheck bench-quick)
+#   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [probe] [interference]   (default: tests memcheck bench-quick)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build-gpu/results}
@@ -39,6 +39,7 @@ for step in $steps; do
       ;;
     bench-quick) ./build-gpu/benchmarks/gpu/bench_transfer --quick 2>&1 | tee "$out/bench_transfer.md" | tail -n 60 ;;
     bench) ./build-gpu/benchmarks/gpu/bench_transfer 2>&1 | tee "$out/bench_transfer.md" | tail -n 80 ;;
+    probe) ./build-gpu/benchmarks/gpu/bench_copy_probe 2>&1 | tee "$out/bench_copy_probe.md" ;;
     interference) ./build-gpu/benchmarks/gpu/bench_interference 2>&1 | tee "$out/bench_interference.md" | tail -n 80 ;;
     *) echo "unknown step $step" >&2; rc=2 ;;
   esac

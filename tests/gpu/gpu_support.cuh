@@ -24,10 +24,13 @@ std::vector<std::byte> download(Storage const& s)
   return out;
 }
 
+/// Copies `bytes` into `s` and waits until they have landed: a cudaMemcpy from pageable memory may
+/// return before its DMA finishes, and the tests' non-blocking streams do not wait for it.
 template <class Storage>
 void upload(Storage& s, std::vector<std::byte> const& bytes)
 {
   STRATA_CUDA_TRY(cudaMemcpy(s.data(), bytes.data(), bytes.size(), cudaMemcpyDefault));
+  STRATA_CUDA_TRY(cudaDeviceSynchronize());
 }
 
 /// What the destination storage must hold after `plan`, from snapshots of both storages taken

@@ -72,7 +72,7 @@ TEST_CASE("pinned host pools move pages with the GPU backends", "[gpu][tier]")
 {
   kv_geometry const g = models::llama31_8b.geometry(32);
   gpu_assisted kernel;
-  staged staging{{.staging_bytes = 1}};
+  staged staging{{.chunk_bytes = 1}};
   pinned_host_pool allocated{g, 8, {.chunk_bytes = 3 * g.page_bytes()}};
   pool_round_trip(allocated, kernel, 1);
   pool_round_trip(allocated, staging, 2);

@@ -27,7 +27,7 @@ TEST_CASE("staged round trips records and every device layout bit-exactly", "[gp
 {
   detail::cuda_stream stream;
   staged roomy;
-  staged tight{{.staging_bytes = 1}};  // grown to two records: one record per chunk, many chunks
+  staged tight{{.chunk_bytes = 1}};  // grown to two records: one record per chunk, many chunks
   test::for_each_case(true, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
     test::round_trip(dk, hk, g, seed, staged_submitter(roomy, stream.get()));
     test::round_trip(dk, hk, g, seed + 1, staged_submitter(tight, stream.get(), completion::whole));
@@ -37,7 +37,7 @@ TEST_CASE("staged round trips records and every device layout bit-exactly", "[gp
 TEST_CASE("staged handles adversarial page maps", "[gpu][staged]")
 {
   detail::cuda_stream stream;
-  staged b{{.staging_bytes = 1}};
+  staged b{{.chunk_bytes = 1}};
   test::for_each_case(true, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
     if (g.page_tokens != 64) { return; }
     test::adversarial_maps(dk, hk, g, seed, staged_submitter(b, stream.get()));
@@ -47,7 +47,7 @@ TEST_CASE("staged handles adversarial page maps", "[gpu][staged]")
 TEST_CASE("staged serialises transfers submitted on different streams", "[gpu][staged]")
 {
   detail::cuda_stream s1, s2;
-  staged b{{.staging_bytes = 1}};
+  staged b{{.chunk_bytes = 1}};
   kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
   std::int64_t const pages = 16;
   test::pinned_storage host(pages * g.page_bytes());

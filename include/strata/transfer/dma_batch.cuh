@@ -15,9 +15,13 @@ namespace strata {
 
 /// @brief Tuning of `dma_batch`.
 struct dma_batch_config {
-  /// Descriptors per `cudaMemcpyBatchAsync` call. 1,024 measured best on the H200 (16K+ per call
-  /// was slower); very long lists are submitted in chunks of this size.
-  std::size_t descriptors_per_call = 1024;
+  /// Most descriptors per `cudaMemcpyBatchAsync` call; longer lists are submitted in chunks. On the
+  /// H200, 256–512 per call loaded 64 KiB blocks fastest (53.7–53.9 GB/s, 97% of one contiguous
+  /// copy); 16K per call fell to 42.5 GB/s.
+  std::size_t descriptors_per_call = 512;
+  /// Descriptors in the first call, doubling per call up to `descriptors_per_call`: the copy engine
+  /// starts after a few microseconds of submission instead of a whole chunk's (~0.5 µs each).
+  std::size_t first_call_descriptors = 32;
   /// Ask the driver to prefer overlapping the copies with compute (`CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`).
   bool prefer_overlap_with_compute = false;
   /// Use `cuMemcpyBatchAsync` where the driver has it; false submits one `cudaMemcpyAsync` per run
@@ -139,8 +143,9 @@ class dma_batch {
     attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
     attr.flags = config_.prefer_overlap_with_compute ? CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE : 0;
     std::size_t attr_index = 0;
-    for (std::size_t at = 0; at < sizes_.size(); at += config_.descriptors_per_call) {
-      std::size_t const n = std::min(config_.descriptors_per_call, sizes_.size() - at);
+    std::size_t per_call = std::max<std::size_t>(1, std::min(config_.first_call_descriptors, config_.descriptors_per_call));
+    for (std::size_t at = 0, n = 0; at < sizes_.size(); at += n, per_call = std::min(2 * per_call, config_.descriptors_per_call)) {
+      n = std::min(per_call, sizes_.size() - at);
       CUresult r{};
       std::size_t fail_index = 0;
       if (api.v13 != nullptr) {
