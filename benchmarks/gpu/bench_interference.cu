@@ -25,7 +25,9 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -129,8 +131,17 @@ struct workload {
   gpu_activity activity;
 };
 
+/// Idles the GPU for a fixed time so that every timed run starts from the same clock and power state
+/// (a GEMM run right after another is slower: the board's power limit).
+void settle()
+{
+  STRATA_CUDA_TRY(cudaDeviceSynchronize());
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+}
+
 double time_compute(workload const& w, cudaStream_t s, int passes)
 {
+  settle();
   detail::cuda_event a{true}, b{true};
   a.record(s);
   w.gemms->run(s, passes);
@@ -139,40 +150,38 @@ double time_compute(workload const& w, cudaStream_t s, int passes)
   return bench::elapsed_ms(a.get(), b.get());
 }
 
-/// Loads streamed on `load_stream` beside `passes` of the workload: (compute ms, load GB/s inside
-/// the compute window).
-std::pair<double, double> with_loads(workload const& w, option const& o, load_plan const& plan, double load_ms_alone,
-                                     double compute_ms_alone, cudaStream_t compute, cudaStream_t load_stream)
+/// `passes` of the workload with loads streamed beside it for as long as it runs (at most two loads
+/// queued ahead): (compute ms, load GB/s over the loads that completed inside the compute window).
+std::pair<double, double> with_loads(workload const& w, option const& o, load_plan const& plan, cudaStream_t gate,
+                                     cudaStream_t compute, cudaStream_t load_stream)
 {
-  int const k = static_cast<int>((compute_ms_alone * 1.4 + 40) / load_ms_alone) + 3;
-  std::vector<detail::cuda_event> done;
-  done.reserve(static_cast<std::size_t>(k));
-  detail::cuda_event first{true};
-  first.record(load_stream);
-  for (int i = 0; i < k; ++i) {
-    o.submit(plan, load_stream).wait(load_stream);
-    done.emplace_back(true);
-    done.back().record(load_stream);
-  }
+  settle();
   if (o.sm_target > 0) { w.gemms->set_sm_target(o.sm_target); }
-  detail::cuda_event a{true}, b{true};
+  detail::cuda_event go{true}, a{true}, b{true};
+  sleep_kernel<<<1, 1, 0, gate>>>(2'000'000);  // 2 ms to submit the first loads
+  go.record(gate);
+  STRATA_CUDA_TRY(cudaStreamWaitEvent(compute, go.get(), 0));
+  STRATA_CUDA_TRY(cudaStreamWaitEvent(load_stream, go.get(), 0));
   a.record(compute);
   w.gemms->run(compute, w.passes);
   b.record(compute);
-  STRATA_CUDA_TRY(cudaStreamSynchronize(load_stream));
-  STRATA_CUDA_TRY(cudaEventSynchronize(b.get()));
+  std::vector<detail::cuda_event> done;
+  while (cudaEventQuery(b.get()) == cudaErrorNotReady) {
+    o.submit(plan, load_stream).wait(load_stream);
+    done.emplace_back(true);
+    done.back().record(load_stream);
+    if (done.size() > 2) { STRATA_CUDA_TRY(cudaEventSynchronize(done[done.size() - 3].get())); }
+  }
+  STRATA_CUDA_TRY(cudaDeviceSynchronize());
   if (o.sm_target > 0) { w.gemms->set_sm_target(0); }
   double const window = bench::elapsed_ms(a.get(), b.get());
-  // Loads completing inside the window: bandwidth between the first and the last of them.
   std::vector<double> t;
   for (auto& e : done) {
     double const at = bench::elapsed_ms(a.get(), e.get());
     if (at > 0 && at <= window) { t.push_back(at); }
   }
-  bool const covered = bench::elapsed_ms(a.get(), done.back().get()) > window;
   double gbps = 0;
   if (t.size() >= 2) { gbps = double(plan.bytes()) * double(t.size() - 1) / ((t.back() - t.front()) * 1e-3) / 1e9; }
-  if (!covered) { std::printf("# warning: loads ended before the compute window closed (%s)\n", o.name.c_str()); }
   return {window, gbps};
 }
 
@@ -180,6 +189,7 @@ std::pair<double, double> with_loads(workload const& w, option const& o, load_pl
 double makespan(option const& o, load_plan const& plan, workload const* w, int passes, cudaStream_t gate,
                 cudaStream_t compute, cudaStream_t load_stream)
 {
+  settle();
   detail::cuda_event go{true}, load_end{true}, compute_end{true};
   sleep_kernel<<<1, 1, 0, gate>>>(3'000'000);  // 3 ms for the CPU to enqueue everything
   go.record(gate);
@@ -207,7 +217,11 @@ int main(int argc, char** argv)
   STRATA_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
   std::printf("# bench_interference on %s (%d SMs), %d repetitions, median\n", prop.name, sms, reps);
 
-  detail::cuda_stream compute{-1}, load_stream, gate;  // compute at higher priority, as engines run it
+  // Loads at the higher priority: their few CTAs are placed first and keep their SMs, the GEMMs
+  // take the rest (a load feeding the next prefill is on the critical path).
+  int low = 0, high = 0;
+  STRATA_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&low, &high));
+  detail::cuda_stream compute{low}, load_stream{high}, gate;
   submit_thread thread;
   llama_gemms prefill_gemms{4096}, decode_gemms{64};
   workload const prefill{"prefill", &prefill_gemms, 2, gpu_activity::prefill};
@@ -251,9 +265,9 @@ int main(int argc, char** argv)
     add_kernel("gpu_assisted/2 x256 threads", {2, 256});
     add_kernel("gpu_assisted/2 + SM target", {2, 1024}, sms - 2);
     {
-      auto b = std::make_shared<dma_batch>(dma_batch_config{.descriptors_per_call = 1024});
+      auto b = std::make_shared<dma_batch>(dma_batch_config{});
       keep.push_back(b);
-      options.push_back({"dma_batch/1024 (submit thread)", [b, &thread](load_plan const& p, cudaStream_t s) {
+      options.push_back({"dma_batch (submit thread)", [b, &thread](load_plan const& p, cudaStream_t s) {
                            return thread.submit(*b, p, s, completion::whole);
                          }});
     }
@@ -298,13 +312,9 @@ int main(int argc, char** argv)
         option const& o = options[i];
         std::vector<double> alone, with, gbps;
         for (int r = -1; r < reps; ++r) {
-          if (o.sm_target > 0) { w->gemms->set_sm_target(o.sm_target); }
-          double const a = time_compute(*w, compute.get(), w->passes);
-          if (o.sm_target > 0) { w->gemms->set_sm_target(0); }
           double const base = time_compute(*w, compute.get(), w->passes);  // all SMs, the reference
-          auto const [c, bw] = with_loads(*w, o, plan, load_ms_alone[i], a, compute.get(), load_stream.get());
+          auto const [c, bw] = with_loads(*w, o, plan, gate.get(), compute.get(), load_stream.get());
           if (r < 0) { continue; }
-          (void)a;
           alone.push_back(base);
           with.push_back(c);
           gbps.push_back(bw);
