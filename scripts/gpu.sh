@@ -2,6 +2,7 @@
 # On a machine with an NVIDIA GPU (sm_90): build everything, run the whole test suite (the [gpu]
 # tests included), compute-sanitizer memcheck on a quick pass of the [gpu] tests, the GPU example,
 # and the GPU benchmarks. Results and logs go to $OUT (default: build-gpu/results).
+# STRATA_BUILD_TARGETS limits what is built (default: all).
 #
 #   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [probe] [interference]   (default: tests memcheck bench-quick)
 set -uo pipefail
@@ -17,7 +18,7 @@ command -v ninja >/dev/null 2>&1 && gen="-G Ninja"
   date -u
 } >"$out/machine.txt" 2>&1
 cmake -S . -B build-gpu $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 &&
-  cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1
+  cmake --build build-gpu -j "$(nproc)" --target ${STRATA_BUILD_TARGETS:-all} >>"$out/build.log" 2>&1
 status=$?
 tail -n 30 "$out/build.log"
 [ $status -eq 0 ] || exit $status

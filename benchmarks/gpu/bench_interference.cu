@@ -1,6 +1,6 @@
 // What loads cost the kernels beside them, and whether choose_transfer picks well.
 //
-// Workloads: a Llama-3.1-8B-shaped prefill (per layer the QKV, output, gate/up and down GEMMs in
+// Workloads (each captured in a CUDA graph, as engines launch decode): a Llama-3.1-8B-shaped prefill (per layer the QKV, output, gate/up and down GEMMs in
 // bf16 through cuBLAS, 4,096 new tokens, 32 layers) and decode step (the same GEMMs for 64 tokens).
 // Loads: an 8K-token context (32-token pages) from the pinned pool into a layer-first pool at random
 // slots, 8 KV heads (1 GiB) and 1 KV head (TP8 shard, 128 MiB), streamed back to back.
@@ -29,6 +29,7 @@
 #include <cstring>
 #include <thread>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -67,6 +68,8 @@ class llama_gemms {
   explicit llama_gemms(int tokens) : m_{tokens}
   {
     BENCH_CUBLAS(cublasCreate(&handle_));
+    workspace_ = detail::device_buffer(std::size_t{32} << 20);  // explicit: graph capture needs it
+    BENCH_CUBLAS(cublasSetWorkspace(handle_, workspace_.data(), workspace_.size()));
     auto make = [](std::size_t elems, std::uint32_t seed) {
       detail::device_buffer b(elems * 2);
       fill_bf16<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(b.data()), elems, seed);
@@ -81,14 +84,43 @@ class llama_gemms {
     w_d_ = make(std::size_t(14336) * 4096, 7);
     STRATA_CUDA_TRY(cudaDeviceSynchronize());
   }
-  ~llama_gemms() { cublasDestroy(handle_); }
+  ~llama_gemms()
+  {
+    for (auto& [key, exec] : graphs_) { cudaGraphExecDestroy(exec); }
+    cublasDestroy(handle_);
+  }
   llama_gemms(llama_gemms const&) = delete;
   llama_gemms& operator=(llama_gemms const&) = delete;
 
   /// 0 resets to every SM.
   void set_sm_target(int sms) { BENCH_CUBLAS(cublasSetSmCountTarget(handle_, sms)); }
 
-  void run(cudaStream_t s, int passes = 1)
+  /// Captures `passes` (with cuBLAS told to use `sm_target` SMs, 0: all) into a CUDA graph, as
+  /// engines run decode: one launch, so the CPU never blocks on a full launch queue.
+  void prepare(int passes, int sm_target, cudaStream_t s)
+  {
+    if (graphs_.count({passes, sm_target}) != 0) { return; }
+    set_sm_target(sm_target);
+    cudaGraph_t graph{};
+    STRATA_CUDA_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    enqueue(s, passes);
+    STRATA_CUDA_TRY(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec{};
+    STRATA_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+    STRATA_CUDA_TRY(cudaGraphDestroy(graph));
+    graphs_[{passes, sm_target}] = exec;
+    set_sm_target(0);
+  }
+
+  /// Launches the prepared graph.
+  void run(cudaStream_t s, int passes, int sm_target = 0)
+  {
+    prepare(passes, sm_target, s);
+    STRATA_CUDA_TRY(cudaGraphLaunch(graphs_.at({passes, sm_target}), s));
+  }
+
+ private:
+  void enqueue(cudaStream_t s, int passes)
   {
     BENCH_CUBLAS(cublasSetStream(handle_, s));
     for (int p = 0; p < passes; ++p) {
@@ -101,7 +133,6 @@ class llama_gemms {
     }
   }
 
- private:
   // Y (n x m) = W (n x k) * X (k x m), column-major, bf16 in and out, fp32 accumulation.
   void gemm(detail::device_buffer const& w, detail::device_buffer const& x, detail::device_buffer& y, int n, int k)
   {
@@ -112,6 +143,8 @@ class llama_gemms {
 
   int m_;
   cublasHandle_t handle_{};
+  detail::device_buffer workspace_;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   detail::device_buffer x_, h_, y_, w_qkv_, w_o_, w_gu_, w_d_;
 };
 
@@ -141,6 +174,7 @@ void settle()
 
 double time_compute(workload const& w, cudaStream_t s, int passes)
 {
+  w.gemms->prepare(passes, 0, s);
   settle();
   detail::cuda_event a{true}, b{true};
   a.record(s);
@@ -155,15 +189,15 @@ double time_compute(workload const& w, cudaStream_t s, int passes)
 std::pair<double, double> with_loads(workload const& w, option const& o, load_plan const& plan, cudaStream_t gate,
                                      cudaStream_t compute, cudaStream_t load_stream)
 {
+  w.gemms->prepare(w.passes, o.sm_target, compute);
   settle();
-  if (o.sm_target > 0) { w.gemms->set_sm_target(o.sm_target); }
   detail::cuda_event go{true}, a{true}, b{true};
   sleep_kernel<<<1, 1, 0, gate>>>(2'000'000);  // 2 ms to submit the first loads
   go.record(gate);
   STRATA_CUDA_TRY(cudaStreamWaitEvent(compute, go.get(), 0));
   STRATA_CUDA_TRY(cudaStreamWaitEvent(load_stream, go.get(), 0));
   a.record(compute);
-  w.gemms->run(compute, w.passes);
+  w.gemms->run(compute, w.passes, o.sm_target);
   b.record(compute);
   std::vector<detail::cuda_event> done;
   while (cudaEventQuery(b.get()) == cudaErrorNotReady) {
@@ -173,7 +207,6 @@ std::pair<double, double> with_loads(workload const& w, option const& o, load_pl
     if (done.size() > 2) { STRATA_CUDA_TRY(cudaEventSynchronize(done[done.size() - 3].get())); }
   }
   STRATA_CUDA_TRY(cudaDeviceSynchronize());
-  if (o.sm_target > 0) { w.gemms->set_sm_target(0); }
   double const window = bench::elapsed_ms(a.get(), b.get());
   std::vector<double> t;
   for (auto& e : done) {
@@ -189,19 +222,18 @@ std::pair<double, double> with_loads(workload const& w, option const& o, load_pl
 double makespan(option const& o, load_plan const& plan, workload const* w, int passes, cudaStream_t gate,
                 cudaStream_t compute, cudaStream_t load_stream)
 {
+  if (w != nullptr) { w->gemms->prepare(passes, o.sm_target, compute); }
   settle();
   detail::cuda_event go{true}, load_end{true}, compute_end{true};
   sleep_kernel<<<1, 1, 0, gate>>>(3'000'000);  // 3 ms for the CPU to enqueue everything
   go.record(gate);
   STRATA_CUDA_TRY(cudaStreamWaitEvent(load_stream, go.get(), 0));
   STRATA_CUDA_TRY(cudaStreamWaitEvent(compute, go.get(), 0));
-  if (w != nullptr && o.sm_target > 0) { w->gemms->set_sm_target(o.sm_target); }
-  if (w != nullptr) { w->gemms->run(compute, passes); }
+  if (w != nullptr) { w->gemms->run(compute, passes, o.sm_target); }
   compute_end.record(compute);
   o.submit(plan, load_stream).wait(load_stream);
   load_end.record(load_stream);
   STRATA_CUDA_TRY(cudaDeviceSynchronize());
-  if (w != nullptr && o.sm_target > 0) { w->gemms->set_sm_target(0); }
   return std::max(bench::elapsed_ms(go.get(), load_end.get()), bench::elapsed_ms(go.get(), compute_end.get()));
 }
 
