@@ -14,7 +14,7 @@ gen=""
 command -v ninja >/dev/null 2>&1 && gen="-G Ninja"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv || true
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo +dirty)"
+  echo "commit ${STRATA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "unknown (no .git: pass STRATA_COMMIT)")}"
   date -u
 } >"$out/machine.txt" 2>&1
 cmake -S . -B build-gpu $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 &&

@@ -46,7 +46,9 @@ TEST_CASE("staged handles adversarial page maps", "[gpu][staged]")
 
 TEST_CASE("staged serialises transfers submitted on different streams", "[gpu][staged]")
 {
-  detail::cuda_stream s1, s2;
+  int low = 0, high = 0;
+  STRATA_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&low, &high));
+  detail::cuda_stream s1, s2{high};  // the second also moves the relay to the higher priority
   staged b{{.chunk_bytes = 1}};
   kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
   std::int64_t const pages = 16;

@@ -109,6 +109,14 @@ class staged {
                                                          plan.dst.block(plan.pages[0].dst, plan.layers.begin, 0))
                             : detail::make_segment_shape(g, plan.src.block(plan.pages[0].src, plan.layers.begin, 0),
                                                          staging.block(0, plan.layers.begin, 0));
+    // The relay runs at the caller's priority: at a lower one, compute kernels starve it.
+    int priority = 0;
+    STRATA_CUDA_TRY(cudaStreamGetPriority(stream, &priority));
+    if (priority != relay_priority_) {
+      STRATA_CUDA_TRY(cudaStreamSynchronize(relay_stream_.get()));
+      relay_stream_ = detail::cuda_stream{priority};
+      relay_priority_ = priority;
+    }
     // Everything before this call on `stream`, and this instance's previous transfer, come first.
     STRATA_CUDA_TRY(cudaStreamWaitEvent(stream, finished_.get(), 0));
     STRATA_CUDA_TRY(cudaEventRecord(start_.get(), stream));
@@ -184,6 +192,7 @@ class staged {
   detail::device_buffer staging_;
   detail::descriptor_ring ring_;
   detail::cuda_stream relay_stream_;
+  int relay_priority_{0};
   detail::cuda_event start_;
   detail::cuda_event finished_;
   std::array<detail::cuda_event, 2> moved_;
