@@ -99,6 +99,22 @@ TEST_CASE("match finds the longest cached prefix of whole pages and splits nodes
   CHECK(s.resident_bytes[0] == 6 * 1024);
 }
 
+TEST_CASE("insert takes the request's page table: the tree's own pages are kept", "[cpu][hiradix]")
+{
+  hiradix_tree t{small_config()};
+  tokens_t doc = seq(1, 16);
+  t.insert(doc, ids(0, 4));
+  doc.resize(24, 77);  // two more pages, computed into pages 8 and 9
+  auto const r = t.insert(doc, {{0, 1, 2, 3, 8, 9}});
+  CHECK(r.new_pages == 2);
+  CHECK(r.unused_device_pages.empty());
+  auto const dup = t.insert(doc, {{0, 1, 2, 3, 10, 11}});  // pages 10, 11 duplicate 8, 9
+  CHECK(dup.new_pages == 0);
+  CHECK(dup.unused_device_pages == std::vector<std::int64_t>{10, 11});
+  CHECK(t.path_pages(r.node, tier::device) == std::vector<std::int64_t>{0, 1, 2, 3, 8, 9});
+  t.check_invariants();
+}
+
 TEST_CASE("delay hits: a request arriving while another's prefix is queued, in flight, committed, aborted",
           "[cpu][hiradix]")
 {
@@ -264,6 +280,7 @@ TEST_CASE("bad input is rejected and leaves the tree unchanged", "[cpu][hiradix]
   STRATA_REQUIRE_THROWS(invalid_argument, "device page 64 out of range [0, 64)", t.insert(seq(50, 8), {{63, 64}}));
   STRATA_REQUIRE_THROWS(invalid_argument, "device page 12 given twice", t.insert(seq(50, 8), {{12, 12}}));
   STRATA_REQUIRE_THROWS(invalid_argument, "device page 2 is already owned", t.insert(seq(50, 8), {{40, 2}}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "device page 1 is already owned", t.insert(doc, {{1, 0, 2, 3}}));
   STRATA_REQUIRE_THROWS(invalid_argument, "request 7 has no transient pages", t.commit(request_id{7}, ids(10, 2)));
   STRATA_REQUIRE_THROWS(invalid_argument, "request 7 has no transient pages", t.abort(request_id{7}));
   STRATA_REQUIRE_THROWS(invalid_argument, "request 7 has no transient pages", t.mark_in_flight(request_id{7}));

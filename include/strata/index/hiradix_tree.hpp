@@ -279,20 +279,24 @@ class hiradix_tree {
   // --- insertion and transient nodes ---------------------------------------------------------------
 
   /**
-   * @brief Caches the whole pages of `tokens`, computed into `device_pages` (one per whole page).
+   * @brief Caches the whole pages of `tokens`, held in `device_pages` (one per whole page): the
+   *        request's page table, where its cached prefix may use the very pages the tree holds.
    *
-   * Pages already on the device (or being copied there), and pages past a prefix another request
-   * is computing, are not taken: the result lists them for the caller to free. Pages cached only in
-   * lower tiers take the new device pages. Under write-through, backups are queued (`take_copies`).
+   * A page the tree already holds on the device (or is copying there) under the same id is kept as
+   * it is; under another id the caller's page is a duplicate. Duplicates, and pages past a prefix
+   * another request is computing, are not taken: the result lists them for the caller to free.
+   * Pages cached only in lower tiers take the caller's device pages. Under write-through, backups
+   * are queued (`take_copies`).
    * @throw strata::invalid_argument when `device_pages` does not hold one id per whole page, or an id
-   *        is out of the device range, repeated, or already owned by the tree
+   *        is out of the device range, repeated, or owned by the tree other than at its position
    */
   insert_result insert(std::span<std::int32_t const> tokens, std::span<std::int64_t const> device_pages)
   {
     std::int64_t const pages = whole_pages(tokens);
     STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == pages, "hiradix_tree::insert: ",
                    device_pages.size(), " device pages for ", pages, " whole pages of ", tokens.size(), " tokens");
-    check_new_device_pages(device_pages, "insert");
+    std::vector<std::int64_t> const held = held_device_pages(tokens, pages);
+    check_new_device_pages(device_pages, "insert", held);
     ++clock_;
     insert_result r;
     std::uint32_t cur = 0;
@@ -323,7 +327,9 @@ class hiradix_tree {
         r.new_pages += k;
         if (config_.policy == write_policy::write_through) { backup(n); }
       } else {
-        unused(p, p + k);
+        for (std::int64_t j = p; j < p + k; ++j) {  // the tree's own pages stay; other ids are duplicates
+          if (held[std::size_t(j)] != device_pages[std::size_t(j)]) { r.unused_device_pages.push_back(device_pages[std::size_t(j)]); }
+        }
       }
       cur = n;
       p += k;  // after a partial match the next page differs: the next round adds a node for the rest
@@ -854,7 +860,10 @@ class hiradix_tree {
                    " has no transient pages");
     return it->second;
   }
-  void check_new_device_pages(std::span<std::int64_t const> pages, char const* what) const
+  /// Rejects device ids out of range, repeated, or owned by the tree; `held[p]`, when given, is the
+  /// id the tree holds at position p of the inserted path, which the caller may pass there.
+  void check_new_device_pages(std::span<std::int64_t const> pages, char const* what,
+                              std::span<std::int64_t const> held = {}) const
   {
     std::vector<std::int64_t> sorted(pages.begin(), pages.end());
     std::sort(sorted.begin(), sorted.end());
@@ -863,9 +872,33 @@ class hiradix_tree {
       STRATA_EXPECTS(pg >= 0 && pg < config_.capacity[0], "hiradix_tree::", what, ": device page ", pg,
                      " out of range [0, ", config_.capacity[0], ")");
       STRATA_EXPECTS(k == 0 || sorted[k - 1] != pg, "hiradix_tree::", what, ": device page ", pg, " given twice");
-      STRATA_EXPECTS(owner_[0][std::size_t(pg)] == 0, "hiradix_tree::", what, ": device page ", pg,
-                     " is already owned by the tree");
     }
+    for (std::size_t p = 0; p < pages.size(); ++p) {
+      bool const own_position = p < held.size() && held[p] == pages[p];
+      STRATA_EXPECTS(owner_[0][std::size_t(pages[p])] == 0 || own_position, "hiradix_tree::", what, ": device page ",
+                     pages[p], " is already owned by the tree");
+    }
+  }
+  /// The device page the tree holds (or is loading) at each position of `tokens`' cached path; -1
+  /// past it or where there is none. Read-only.
+  [[nodiscard]] std::vector<std::int64_t> held_device_pages(std::span<std::int32_t const> tokens, std::int64_t pages) const
+  {
+    std::vector<std::int64_t> held(static_cast<std::size_t>(pages), -1);
+    std::uint32_t cur = 0;
+    std::int64_t p = 0;
+    while (p < pages) {
+      std::uint32_t const child = find_child(cur, tokens, p);
+      if (child == npos || nodes_[child].state != transient_state::none || !cached(nodes_[child])) { break; }
+      node_data const& c = nodes_[child];
+      std::int64_t const k = common_pages(c, tokens, p, pages);
+      if (!c.tier_pages[0].empty()) {
+        for (std::int64_t j = 0; j < k; ++j) { held[std::size_t(p + j)] = c.tier_pages[0][std::size_t(j)]; }
+      }
+      if (k < c.pages()) { break; }
+      cur = child;
+      p += k;
+    }
+    return held;
   }
 
   std::uint32_t new_node()

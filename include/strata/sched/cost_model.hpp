@@ -1,0 +1,286 @@
+/**
+ * @file sched/cost_model.hpp
+ * @brief Predicted times: loading pages between tiers, prefill, decode.
+ *
+ * Defaults are one H200 (PCIe 5.0 x16) and the models of `strata::models`; every number says where
+ * it comes from. The scheduler uses the model to predict a batch's load and compute time; the
+ * simulator uses the same model as its clock.
+ */
+#pragma once
+
+#include <strata/error.hpp>
+#include <strata/geometry.hpp>
+#include <strata/index/hiradix_tree.hpp>
+
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace strata {
+
+/// @brief Compute costs of one model on one GPU.
+struct compute_costs {
+  double prefill_s_per_token = 0;     ///< linear (GEMM and elementwise) prefill time per new token
+  double attention_flop_per_pair = 0; ///< FLOPs per (query, key) pair over all layers: 4 * q_heads * head_dim * layers
+  double attention_flops = 0;         ///< sustained attention FLOP/s (causal prefill)
+  double decode_weight_bytes = 0;     ///< bytes read per decode step whatever the batch (the weights)
+  double decode_kv_bytes_per_token = 0;  ///< KV bytes read per token of context per step
+  double hbm_bytes_per_s = 0;         ///< sustained HBM read bandwidth of decode
+  double decode_overhead_s = 0;       ///< fixed per decode step (sampling, scheduling)
+  double decode_s_per_sequence = 0;   ///< per sequence in the batch (the batch's GEMM rows)
+  std::int64_t layers = 0;            ///< layers: the granularity of layer-wise load/compute overlap
+};
+
+/// @brief Costs of moving pages between tiers, as one transfer system does it.
+struct io_costs {
+  /// Sustained bandwidth of loads into the device from each tier (index: `tier`; [device] unused).
+  std::array<double, tier_count> load_bytes_per_s{};
+  /// Bandwidth of device -> host backups (the other direction of the link: no contention with loads).
+  double backup_bytes_per_s = 0;
+  /// Fixed time per load from each tier (launch, queue, network round trip).
+  std::array<double, tier_count> load_latency_s{};
+  /// Engine-thread CPU seconds per byte loaded that delay the batch (0 with a submit thread).
+  double cpu_s_per_byte = 0;
+  /// Whether compute on layer l starts as soon as layer l has landed (else after the whole load).
+  bool layerwise_overlap = true;
+  /// Fractional slowdown of prefill compute while loads run beside it (SM copies cost compute).
+  double prefill_slowdown = 0;
+  /// Fractional slowdown of decode steps while loads run beside them.
+  double decode_slowdown = 0;
+};
+
+/**
+ * @brief Predicts load, prefill and decode times.
+ */
+class cost_model {
+ public:
+  cost_model() = default;
+  /**
+   * @param compute the model's compute costs
+   * @param io the transfer system's costs
+   * @param page_bytes KV bytes of one page (all layers)
+   * @param page_tokens tokens per page
+   * @throw strata::invalid_argument for non-positive rates, sizes or layer count, or negative costs
+   */
+  cost_model(compute_costs const& compute, io_costs const& io, std::int64_t page_bytes, std::int64_t page_tokens)
+    : compute_{compute}, io_{io}, page_bytes_{page_bytes}, page_tokens_{page_tokens}
+  {
+    STRATA_EXPECTS(page_bytes > 0 && page_tokens > 0, "cost_model: page_bytes and page_tokens must be positive, got ",
+                   page_bytes, " and ", page_tokens);
+    STRATA_EXPECTS(compute.prefill_s_per_token > 0 && compute.attention_flops > 0 && compute.hbm_bytes_per_s > 0 &&
+                     compute.layers > 0,
+                   "cost_model: prefill time, attention FLOP/s, HBM bandwidth and layers must be positive");
+    STRATA_EXPECTS(compute.attention_flop_per_pair >= 0 && compute.decode_weight_bytes >= 0 &&
+                     compute.decode_kv_bytes_per_token >= 0 && compute.decode_overhead_s >= 0 &&
+                     compute.decode_s_per_sequence >= 0,
+                   "cost_model: compute costs must not be negative");
+    for (std::size_t t = 1; t < tier_count; ++t) {
+      STRATA_EXPECTS(io.load_bytes_per_s[t] > 0, "cost_model: load bandwidth from the ", to_string(tier(t)),
+                     " tier must be positive, got ", io.load_bytes_per_s[t]);
+      STRATA_EXPECTS(io.load_latency_s[t] >= 0, "cost_model: negative load latency");
+    }
+    STRATA_EXPECTS(io.backup_bytes_per_s > 0, "cost_model: backup bandwidth must be positive");
+    STRATA_EXPECTS(io.cpu_s_per_byte >= 0 && io.prefill_slowdown >= 0 && io.decode_slowdown >= 0,
+                   "cost_model: CPU cost and slowdowns must not be negative");
+  }
+
+  /// @brief The compute costs.
+  [[nodiscard]] compute_costs const& compute() const noexcept { return compute_; }
+  /// @brief The transfer costs.
+  [[nodiscard]] io_costs const& io() const noexcept { return io_; }
+  /// @brief KV bytes per page.
+  [[nodiscard]] std::int64_t page_bytes() const noexcept { return page_bytes_; }
+  /// @brief Tokens per page.
+  [[nodiscard]] std::int64_t page_tokens() const noexcept { return page_tokens_; }
+
+  /// @brief Seconds to load `pages[t]` pages from each lower tier t onto the device (they share the
+  ///        link; each tier with pages adds its latency; CPU submission time on the engine thread counts).
+  [[nodiscard]] double load_s(std::array<std::int64_t, tier_count> const& pages) const noexcept
+  {
+    double s = 0;
+    for (std::size_t t = 1; t < tier_count; ++t) {
+      if (pages[t] <= 0) { continue; }
+      double const bytes = double(pages[t]) * double(page_bytes_);
+      s += io_.load_latency_s[t] + bytes / io_.load_bytes_per_s[t] + bytes * io_.cpu_s_per_byte;
+    }
+    return s;
+  }
+  /// @brief Seconds to back `pages` pages up to the host.
+  [[nodiscard]] double backup_s(std::int64_t pages) const noexcept
+  {
+    return double(pages) * double(page_bytes_) / io_.backup_bytes_per_s;
+  }
+  /// @brief Seconds of prefill for `new_tokens` tokens attending to `context_tokens` earlier tokens
+  ///        (and causally to each other).
+  [[nodiscard]] double prefill_s(std::int64_t new_tokens, std::int64_t context_tokens) const noexcept
+  {
+    double const n = double(new_tokens);
+    double const pairs = n * double(context_tokens) + 0.5 * n * n;
+    return n * compute_.prefill_s_per_token + pairs * compute_.attention_flop_per_pair / compute_.attention_flops;
+  }
+  /// @brief Seconds of one decode step for `sequences` sequences holding `context_tokens` in all.
+  [[nodiscard]] double decode_s(std::int64_t sequences, std::int64_t context_tokens) const noexcept
+  {
+    if (sequences <= 0) { return 0; }
+    return compute_.decode_overhead_s + double(sequences) * compute_.decode_s_per_sequence +
+           (compute_.decode_weight_bytes + double(context_tokens) * compute_.decode_kv_bytes_per_token) /
+             compute_.hbm_bytes_per_s;
+  }
+  /**
+   * @brief Seconds of a prefill batch that loads for `load` seconds and computes for `compute`:
+   *        with layer-wise overlap the two pipeline layer by layer (compute slowed while loads run
+   *        beside it), else the load comes first.
+   */
+  [[nodiscard]] double batch_s(double load, double compute) const noexcept
+  {
+    if (load <= 0) { return compute; }
+    if (!io_.layerwise_overlap) { return load + compute; }
+    double const overlapped = std::min(load, compute) * (1 + io_.prefill_slowdown);
+    double const c = compute + overlapped - std::min(load, compute);
+    double const layers = double(compute_.layers);
+    return std::max(load, c) + std::min(load, c) / layers;
+  }
+
+  /**
+   * @brief Replaces the load bandwidths (all lower tiers scaled alike) and backup bandwidth with
+   *        the median `GBps` of a `bench_transfer` CSV for one backend, model row and page size.
+   * @param path the CSV (`transfer.csv` under `$OUT`)
+   * @param backend e.g. "gpu_assisted/2"; @param kv_heads, page_tokens select the rows
+   * @throw strata::invalid_argument when the file cannot be read or holds no matching row
+   */
+  void calibrate_from_csv(std::string const& path, std::string const& backend, std::int64_t kv_heads,
+                          std::int64_t page_tokens)
+  {
+    std::ifstream in{path};
+    STRATA_EXPECTS(in.good(), "cost_model::calibrate_from_csv: cannot read ", path);
+    std::string line;
+    std::getline(in, line);  // header
+    double load = 0, backup = 0;
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::stringstream ss{line};
+      for (std::string cell; std::getline(ss, cell, ',');) { f.push_back(cell); }
+      if (f.size() < 7 || f[5] != backend || std::stoll(f[1]) != kv_heads || std::stoll(f[2]) != page_tokens) { continue; }
+      (f[4] == "load" ? load : backup) = std::max(f[4] == "load" ? load : backup, std::stod(f[6]) * 1e9);
+    }
+    STRATA_EXPECTS(load > 0 && backup > 0, "cost_model::calibrate_from_csv: no load and backup rows for ", backend,
+                   ", ", kv_heads, " KV heads, ", page_tokens, "-token pages in ", path);
+    double const scale = load / io_.load_bytes_per_s[1];
+    for (std::size_t t = 1; t < tier_count; ++t) { io_.load_bytes_per_s[t] *= t == 1 ? scale : 1.0; }
+    io_.backup_bytes_per_s = backup;
+  }
+
+ private:
+  compute_costs compute_{};
+  io_costs io_{};
+  std::int64_t page_bytes_{1};
+  std::int64_t page_tokens_{1};
+};
+
+/// @brief Measured and derived costs on one H200. See docs/cost_model.md for every source.
+namespace h200 {
+
+/**
+ * @brief Compute costs of a model on one H200.
+ *
+ * - Linear prefill: Llama-3.1-8B's per-layer GEMMs for 4,096 tokens ran 75–78 ms (bench_interference,
+ *   2026-11-29: 18.8 µs per token, 0.74 PFLOP/s); +10% for norms, RoPE and the rest; other models scale
+ *   by their non-embedding parameters (Llama-3.1-70B in FP8 at 1.5x the bf16 rate: 141 GB of bf16
+ *   weights do not fit one H200 with a KV cache).
+ * - Attention: 4 * q_heads * head_dim * layers FLOPs per (query, key) pair at 450 TFLOP/s (about 60%
+ *   of the measured bf16 GEMM rate, what FlashAttention-3 reports for long causal sequences).
+ * - Decode: the GEMM weights streamed at 3.58 TB/s (measured: 13.96 GB of Llama-3.1-8B GEMM
+ *   weights per step in 3.9 ms), plus the KV cache read, 0.2 ms per step and 2 µs per sequence.
+ */
+inline compute_costs model_costs(model_shape const& m)
+{
+  struct shape {
+    double non_embedding_params, all_params_bytes, q_heads, head_dim, rate_scale;
+  };
+  shape s{};
+  if (m.layers == 32) { s = {6.98e9, 16.06e9, 32, 128, 1.0}; }        // Llama-3.1-8B, bf16
+  else if (m.layers == 48) { s = {13.1e9, 29.54e9, 40, 128, 1.0}; }   // Qwen-2.5-14B, bf16
+  else if (m.layers == 80) { s = {68.5e9, 70.6e9, 64, 128, 1.5}; }    // Llama-3.1-70B, FP8 weights
+  else if (m.layers == 61) { s = {37e9, 671e9, 128, 192, 1.0}; }      // DeepSeek-V3 (37B active): not one GPU
+  else { STRATA_EXPECTS(false, "h200::model_costs: no figures for ", m.name); }
+  double const llama8b_s_per_param_token = 18.8e-6 / 6.98e9;  // measured GEMM rate
+  compute_costs c;
+  c.prefill_s_per_token = 1.1 * s.non_embedding_params * llama8b_s_per_param_token / s.rate_scale;
+  c.attention_flop_per_pair = 4 * s.q_heads * s.head_dim * double(m.layers);
+  c.attention_flops = 450e12;
+  c.decode_weight_bytes = s.all_params_bytes;
+  c.decode_kv_bytes_per_token = double(m.layers * m.planes * m.kv_heads * m.head_dim * 2);
+  c.hbm_bytes_per_s = 3.58e12;
+  c.decode_overhead_s = 0.2e-3;
+  c.decode_s_per_sequence = 2e-6;
+  c.layers = m.layers;
+  return c;
+}
+
+/// @brief Tiers below the host, assumed (not measured here): file = NVMe at 12 GB/s and 100 µs;
+///        remote = a 100 Gb/s network store at 10 GB/s and 1 ms per transfer.
+inline void lower_tiers(io_costs& io)
+{
+  io.load_bytes_per_s[2] = 12e9;
+  io.load_latency_s[2] = 100e-6;
+  io.load_bytes_per_s[3] = 10e9;
+  io.load_latency_s[3] = 1e-3;
+}
+
+/**
+ * @brief GPU-assisted I/O (2 CTAs) with layer-wise overlap: 51.1 GB/s loads and 52.4 GB/s backups
+ *        (bench_transfer, Llama-3.1-8B 32-token pages, 8K context), and the compute it costs with
+ *        the SM count target: prefill +4.4%, decode +4.5% while loads run (bench_interference).
+ */
+inline io_costs gpu_assisted_io()
+{
+  io_costs io;
+  io.load_bytes_per_s[1] = 51.1e9;
+  io.load_latency_s[1] = 20e-6;
+  io.backup_bytes_per_s = 52.4e9;
+  io.layerwise_overlap = true;
+  io.prefill_slowdown = 0.044;
+  io.decode_slowdown = 0.045;
+  lower_tiers(io);
+  return io;
+}
+
+/// @brief Batched DMA from a submit thread (SGLang-like): 52.3 GB/s loads, 53.3 GB/s backups,
+///        layer-wise overlap, prefill +2.6% and decode +3.8% beside loads.
+inline io_costs batched_dma_io()
+{
+  io_costs io;
+  io.load_bytes_per_s[1] = 52.3e9;
+  io.load_latency_s[1] = 50e-6;
+  io.backup_bytes_per_s = 53.3e9;
+  io.layerwise_overlap = true;
+  io.prefill_slowdown = 0.026;
+  io.decode_slowdown = 0.038;
+  lower_tiers(io);
+  return io;
+}
+
+/// @brief Per-block DMA (vLLM-with-offloading-like): 16.0 GB/s loads and 17.4 GB/s backups for
+///        64 KiB blocks, the whole load before the forward pass.
+inline io_costs per_block_dma_io()
+{
+  io_costs io;
+  io.load_bytes_per_s[1] = 16.0e9;
+  io.load_latency_s[1] = 50e-6;
+  io.backup_bytes_per_s = 17.4e9;
+  io.layerwise_overlap = false;
+  lower_tiers(io);
+  return io;
+}
+
+/// @brief A cost model for `m` (32-token pages, bf16 KV) with transfer system `io`.
+inline cost_model costs(model_shape const& m, io_costs const& io, std::int64_t page_tokens = 32)
+{
+  kv_geometry const g = m.geometry(page_tokens);
+  return cost_model{model_costs(m), io, g.page_bytes(), page_tokens};
+}
+
+}  // namespace h200
+}  // namespace strata
