@@ -244,6 +244,26 @@ class hiradix_tree {
   }
 
   /**
+   * @brief Tokens of the longest cached prefix of `tokens` (whole pages), without counting it as a
+   *        use or splitting anything: for routers and what-if questions.
+   */
+  [[nodiscard]] std::int64_t peek(std::span<std::int32_t const> tokens) const
+  {
+    std::int64_t const pages = whole_pages(tokens);
+    std::uint32_t cur = 0;
+    std::int64_t p = 0;
+    while (p < pages) {
+      std::uint32_t const child = find_child(cur, tokens, p);
+      if (child == npos || nodes_[child].state != transient_state::none || !cached(nodes_[child])) { break; }
+      std::int64_t const k = common_pages(nodes_[child], tokens, p, pages);
+      p += k;
+      if (k < nodes_[child].pages()) { break; }
+      cur = child;
+    }
+    return p * config_.page_tokens;
+  }
+
+  /**
    * @brief Page ids of tier `t` along the path root -> `node`, one per page, -1 where the page is
    *        not resident in `t` (remote: the page's key).
    * @throw strata::invalid_argument for a stale node

@@ -1,0 +1,348 @@
+/**
+ * @file sim/workload.hpp
+ * @brief Seeded workload generators (long documents with questions, short chat, multi-turn sessions)
+ *        and trace replay, as request streams for the simulator.
+ *
+ * A request's prompt is a sequence of page ids: one int32 per whole page of tokens (equal pages,
+ * equal ids), so a 100K-token prompt is 3,125 ids and documents shared by many requests are stored
+ * once. A partial last page is counted in `prompt_tokens` but never cached.
+ */
+#pragma once
+
+#include <strata/error.hpp>
+#include <strata/index/hiradix_tree.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace strata::sim {
+
+using page_ids = std::vector<std::int32_t>;
+
+/// @brief One request of a workload.
+struct sim_request {
+  request_id id{};
+  double arrival_s = 0;
+  std::shared_ptr<page_ids const> shared;  ///< leading pages shared with other requests (document, history)
+  page_ids own;                            ///< the request's own whole pages after them
+  std::int64_t prompt_tokens = 0;          ///< all prompt tokens (whole pages and a partial tail)
+  std::int64_t output_tokens = 1;          ///< tokens to generate (at least 1)
+  /// Page ids of prompt + output, when a later request (the next turn) reuses the answer: the
+  /// engine caches them when the request finishes. Empty: the answer is not cached.
+  std::shared_ptr<page_ids const> continuation;
+
+  /// @brief The prompt's whole pages.
+  [[nodiscard]] page_ids pages() const
+  {
+    page_ids p;
+    if (shared) { p.reserve(shared->size() + own.size()), p.insert(p.end(), shared->begin(), shared->end()); }
+    p.insert(p.end(), own.begin(), own.end());
+    return p;
+  }
+};
+
+/// @brief A workload: requests sorted by arrival.
+struct workload {
+  std::string name;
+  std::int64_t page_tokens = 32;
+  std::vector<sim_request> requests;
+};
+
+namespace detail {
+/// @brief Hands out page ids: distinct contents get distinct ids.
+class page_id_source {
+ public:
+  page_ids take(std::int64_t n)
+  {
+    page_ids v(static_cast<std::size_t>(n));
+    for (auto& x : v) { x = next_++; }
+    return v;
+  }
+
+ private:
+  std::int32_t next_ = 1;
+};
+inline std::int64_t lognormal_tokens(std::mt19937_64& rng, double mean, double sigma, std::int64_t lo, std::int64_t hi)
+{
+  double const mu = std::log(mean) - sigma * sigma / 2;
+  double const x = std::lognormal_distribution<double>{mu, sigma}(rng);
+  return std::clamp<std::int64_t>(static_cast<std::int64_t>(x), lo, hi);
+}
+inline void finish(workload& w)
+{
+  std::stable_sort(w.requests.begin(), w.requests.end(),
+                   [](sim_request const& a, sim_request const& b) { return a.arrival_s < b.arrival_s; });
+  for (std::size_t i = 0; i < w.requests.size(); ++i) { w.requests[i].id = request_id{i + 1}; }
+}
+}  // namespace detail
+
+/// @brief Parameters of `long_documents`.
+struct long_documents_options {
+  std::int64_t requests = 1000;     ///< questions in all
+  double rate = 1.0;                ///< requests per second (Poisson over visit bursts)
+  std::uint64_t seed = 1;
+  std::int64_t documents = 0;       ///< distinct documents (0: requests / 12, at least 8)
+  std::int64_t min_tokens = 20000;  ///< document length range (LooGLE / NarrativeQA: 20K–100K)
+  std::int64_t max_tokens = 100000;
+  double questions_per_visit = 4;   ///< mean questions asked together about one document
+  double burst_gap_s = 0.3;         ///< mean gap between questions of a visit
+  double zipf = 1.0;                ///< popularity skew of documents (revisits)
+  std::int64_t page_tokens = 32;
+};
+
+/**
+ * @brief Long documents with several questions each (LooGLE- and NarrativeQA-like): documents of
+ *        20K–100K tokens, visited in bursts of short questions (30–120 tokens, answers 50–250);
+ *        visits arrive as a Poisson process, documents chosen with Zipf popularity, so that bursts
+ *        create delay hits and revisits hit whatever tier the document was evicted to.
+ */
+inline workload long_documents(long_documents_options const& o)
+{
+  STRATA_EXPECTS(o.requests > 0, "long_documents: requests must be positive, got ", o.requests);
+  STRATA_EXPECTS(o.rate > 0, "long_documents: rate must be positive, got ", o.rate);
+  STRATA_EXPECTS(o.min_tokens > 0 && o.min_tokens <= o.max_tokens, "long_documents: bad token range [", o.min_tokens,
+                 ", ", o.max_tokens, "]");
+  STRATA_EXPECTS(o.questions_per_visit >= 1 && o.burst_gap_s >= 0 && o.zipf >= 0 && o.page_tokens > 0,
+                 "long_documents: bad burst or popularity parameters");
+  std::mt19937_64 rng{o.seed};
+  detail::page_id_source ids;
+  std::int64_t const n_docs = o.documents > 0 ? o.documents : std::max<std::int64_t>(8, o.requests / 12);
+  std::vector<std::shared_ptr<page_ids const>> docs;
+  std::vector<std::int64_t> doc_tokens;
+  for (std::int64_t d = 0; d < n_docs; ++d) {
+    std::int64_t const pages = std::uniform_int_distribution<std::int64_t>{o.min_tokens, o.max_tokens}(rng) / o.page_tokens;
+    docs.push_back(std::make_shared<page_ids const>(ids.take(pages)));
+    doc_tokens.push_back(pages * o.page_tokens);
+  }
+  std::vector<double> weights(static_cast<std::size_t>(n_docs));
+  for (std::size_t d = 0; d < weights.size(); ++d) { weights[d] = 1.0 / std::pow(double(d + 1), o.zipf); }
+  std::discrete_distribution<std::size_t> pick_doc{weights.begin(), weights.end()};
+  double const visit_rate = o.rate / o.questions_per_visit;
+  workload w{"long_documents", o.page_tokens, {}};
+  double t = 0;
+  while (std::int64_t(w.requests.size()) < o.requests) {
+    t += std::exponential_distribution<double>{visit_rate}(rng);
+    std::size_t const d = pick_doc(rng);
+    std::int64_t const q = 1 + std::poisson_distribution<std::int64_t>{o.questions_per_visit - 1}(rng);
+    double at = t;
+    for (std::int64_t k = 0; k < q && std::int64_t(w.requests.size()) < o.requests; ++k) {
+      sim_request r;
+      r.arrival_s = at;
+      r.shared = docs[d];
+      std::int64_t const question = std::uniform_int_distribution<std::int64_t>{30, 120}(rng);
+      r.own = ids.take(question / o.page_tokens);
+      r.prompt_tokens = doc_tokens[d] + question;
+      r.output_tokens = std::uniform_int_distribution<std::int64_t>{50, 250}(rng);
+      w.requests.push_back(std::move(r));
+      if (o.burst_gap_s > 0) { at += std::exponential_distribution<double>{1 / o.burst_gap_s}(rng); }
+    }
+  }
+  detail::finish(w);
+  return w;
+}
+
+/// @brief Parameters of `short_chat`.
+struct short_chat_options {
+  std::int64_t requests = 5000;
+  double rate = 20;             ///< requests per second, Poisson
+  std::uint64_t seed = 1;
+  std::int64_t system_prompts = 16;  ///< shared system prompts (100–600 tokens)
+  double mean_prompt = 680;     ///< mean prompt tokens (ShareGPT-like), system prompt included
+  double mean_output = 200;     ///< mean output tokens
+  std::int64_t page_tokens = 32;
+};
+
+/// @brief Short chat (ShareGPT-like): ~680-token prompts behind a few shared system prompts.
+inline workload short_chat(short_chat_options const& o)
+{
+  STRATA_EXPECTS(o.requests > 0 && o.rate > 0 && o.system_prompts > 0 && o.mean_prompt > 0 && o.mean_output > 0 &&
+                   o.page_tokens > 0,
+                 "short_chat: requests, rate, system prompts, means and page size must be positive");
+  std::mt19937_64 rng{o.seed};
+  detail::page_id_source ids;
+  std::vector<std::shared_ptr<page_ids const>> systems;
+  for (std::int64_t s = 0; s < o.system_prompts; ++s) {
+    std::int64_t const tokens = std::uniform_int_distribution<std::int64_t>{100, 600}(rng);
+    systems.push_back(std::make_shared<page_ids const>(ids.take(tokens / o.page_tokens)));
+  }
+  workload w{"short_chat", o.page_tokens, {}};
+  double t = 0;
+  for (std::int64_t i = 0; i < o.requests; ++i) {
+    t += std::exponential_distribution<double>{o.rate}(rng);
+    sim_request r;
+    r.arrival_s = t;
+    r.shared = systems[std::size_t(std::uniform_int_distribution<std::int64_t>{0, o.system_prompts - 1}(rng))];
+    std::int64_t const system_tokens = std::int64_t(r.shared->size()) * o.page_tokens;
+    std::int64_t const user = detail::lognormal_tokens(rng, std::max(16.0, o.mean_prompt - 350), 0.8, 8, 8000);
+    r.own = ids.take(user / o.page_tokens);
+    r.prompt_tokens = system_tokens + user;
+    r.output_tokens = detail::lognormal_tokens(rng, o.mean_output, 0.7, 1, 2000);
+    w.requests.push_back(std::move(r));
+  }
+  detail::finish(w);
+  return w;
+}
+
+/// @brief Parameters of `multi_turn`.
+struct multi_turn_options {
+  std::int64_t requests = 3000;  ///< turns in all
+  double rate = 5;               ///< turns per second (sessions start as a Poisson process)
+  std::uint64_t seed = 1;
+  double mean_turns = 5;         ///< turns per session
+  double think_s = 8;            ///< mean time between a turn's arrival and the next one's
+  double mean_message = 120;     ///< user tokens per turn
+  double mean_output = 180;      ///< answer tokens per turn
+  std::int64_t page_tokens = 32;
+};
+
+/**
+ * @brief Multi-turn sessions with growing history: turn k's prompt is the session's system prompt,
+ *        every earlier message and answer, and a new message; answers are cached when a turn ends.
+ */
+inline workload multi_turn(multi_turn_options const& o)
+{
+  STRATA_EXPECTS(o.requests > 0 && o.rate > 0 && o.mean_turns >= 1 && o.think_s >= 0 && o.mean_message > 0 &&
+                   o.mean_output > 0 && o.page_tokens > 0,
+                 "multi_turn: requests, rate, turns, think time and sizes must be positive");
+  std::mt19937_64 rng{o.seed};
+  detail::page_id_source ids;
+  auto system = std::make_shared<page_ids const>(ids.take(256 / o.page_tokens));
+  workload w{"multi_turn", o.page_tokens, {}};
+  double t = 0;
+  double const session_rate = o.rate / o.mean_turns;
+  while (std::int64_t(w.requests.size()) < o.requests) {
+    t += std::exponential_distribution<double>{session_rate}(rng);
+    std::int64_t const turns = 1 + std::poisson_distribution<std::int64_t>{o.mean_turns - 1}(rng);
+    auto history = system;  // whole pages only: a partial page is recomputed by the next turn
+    std::int64_t history_tokens = std::int64_t(system->size()) * o.page_tokens;
+    double at = t;
+    for (std::int64_t k = 0; k < turns && std::int64_t(w.requests.size()) < o.requests; ++k) {
+      sim_request r;
+      r.arrival_s = at;
+      r.shared = history;
+      std::int64_t const message = detail::lognormal_tokens(rng, o.mean_message, 0.6, 4, 4000);
+      r.own = ids.take(message / o.page_tokens);
+      r.prompt_tokens = history_tokens + message;
+      r.output_tokens = detail::lognormal_tokens(rng, o.mean_output, 0.6, 1, 4000);
+      // The next turn's history: this prompt's whole pages and the answer's.
+      std::int64_t const next_tokens = r.prompt_tokens + r.output_tokens;
+      page_ids next = r.pages();
+      auto const answer = ids.take(next_tokens / o.page_tokens - std::int64_t(next.size()));
+      next.insert(next.end(), answer.begin(), answer.end());
+      auto next_ptr = std::make_shared<page_ids const>(std::move(next));
+      r.continuation = next_ptr;
+      history = next_ptr;
+      history_tokens = std::int64_t(history->size()) * o.page_tokens;
+      w.requests.push_back(std::move(r));
+      at += std::exponential_distribution<double>{1 / std::max(o.think_s, 1e-9)}(rng);
+    }
+  }
+  detail::finish(w);
+  return w;
+}
+
+/**
+ * @brief Replays a trace: CSV lines `arrival_s,output_tokens,prompt_tokens,id id id ...` (ids are
+ *        token ids, hashed here into page ids, or page ids when `ids_are_pages`), or JSON lines
+ *        `{"arrival": 1.5, "output_tokens": 64, "tokens": [1, 2, ...]}` (or `"pages": [...]` and
+ *        `"prompt_tokens": n`). Lines starting with `#` and a CSV header are skipped.
+ * @throw strata::invalid_argument naming the file and line of anything it cannot read
+ */
+inline workload replay(std::string const& path, std::int64_t page_tokens = 32, bool ids_are_pages = false)
+{
+  std::ifstream in{path};
+  STRATA_EXPECTS(in.good(), "replay: cannot read ", path);
+  STRATA_EXPECTS(page_tokens > 0, "replay: page_tokens must be positive");
+  workload w{"trace:" + path, page_tokens, {}};
+  std::string line;
+  std::int64_t line_no = 0;
+  auto hash_pages = [&](std::vector<std::int64_t> const& tokens) {
+    page_ids out;
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (std::size_t p = 0; (p + 1) * std::size_t(page_tokens) <= tokens.size(); ++p) {
+      for (std::size_t k = p * std::size_t(page_tokens); k < (p + 1) * std::size_t(page_tokens); ++k) {
+        h = (h ^ std::uint64_t(tokens[k])) * 0x100000001b3ull;
+      }
+      out.push_back(static_cast<std::int32_t>((h >> 33) | 1));  // chained: equal prefixes, equal ids
+    }
+    return out;
+  };
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line[0] == '#' || (line_no == 1 && line.find("arrival") != std::string::npos && line[0] != '{')) {
+      continue;
+    }
+    sim_request r;
+    std::vector<std::int64_t> ids;
+    std::int64_t prompt = -1;
+    try {
+      if (line[0] == '{') {
+        auto number_after = [&](std::string const& key, double& out) {
+          auto const k = line.find("\"" + key + "\"");
+          if (k == std::string::npos) { return false; }
+          out = std::stod(line.substr(line.find(':', k) + 1));
+          return true;
+        };
+        double v = 0;
+        STRATA_EXPECTS(number_after("arrival", v), "replay: ", path, ":", line_no, ": no \"arrival\"");
+        r.arrival_s = v;
+        STRATA_EXPECTS(number_after("output_tokens", v), "replay: ", path, ":", line_no, ": no \"output_tokens\"");
+        r.output_tokens = std::int64_t(v);
+        if (number_after("prompt_tokens", v)) { prompt = std::int64_t(v); }
+        bool const pages = line.find("\"pages\"") != std::string::npos;
+        auto const k = line.find(pages ? "\"pages\"" : "\"tokens\"");
+        STRATA_EXPECTS(k != std::string::npos, "replay: ", path, ":", line_no, ": no \"tokens\" or \"pages\"");
+        auto const open = line.find('[', k), close = line.find(']', k);
+        STRATA_EXPECTS(open != std::string::npos && close != std::string::npos, "replay: ", path, ":", line_no,
+                       ": unterminated array");
+        std::stringstream ss{line.substr(open + 1, close - open - 1)};
+        for (std::string cell; std::getline(ss, cell, ',');) {
+          if (cell.find_first_not_of(" \t") != std::string::npos) { ids.push_back(std::stoll(cell)); }
+        }
+        if (pages) {
+          for (auto x : ids) { r.own.push_back(static_cast<std::int32_t>(x)); }
+          r.prompt_tokens = prompt >= 0 ? prompt : std::int64_t(ids.size()) * page_tokens;
+        } else {
+          r.own = hash_pages(ids);
+          r.prompt_tokens = std::int64_t(ids.size());
+        }
+      } else {
+        std::stringstream ss{line};
+        std::string a, o, p, rest;
+        STRATA_EXPECTS(std::getline(ss, a, ',') && std::getline(ss, o, ',') && std::getline(ss, p, ','), "replay: ", path,
+                       ":", line_no, ": expected arrival_s,output_tokens,prompt_tokens,ids");
+        std::getline(ss, rest);
+        r.arrival_s = std::stod(a);
+        r.output_tokens = std::stoll(o);
+        prompt = std::stoll(p);
+        std::stringstream is{rest};
+        for (std::int64_t x; is >> x;) { ids.push_back(x); }
+        if (ids_are_pages) {
+          for (auto x : ids) { r.own.push_back(static_cast<std::int32_t>(x)); }
+        } else {
+          r.own = hash_pages(ids);
+        }
+        r.prompt_tokens = prompt;
+      }
+    } catch (std::logic_error const& e) {  // std::stod / std::stoll
+      STRATA_EXPECTS(false, "replay: ", path, ":", line_no, ": cannot parse (", e.what(), ")");
+    }
+    STRATA_EXPECTS(r.arrival_s >= 0 && r.output_tokens > 0, "replay: ", path, ":", line_no,
+                   ": arrival must not be negative and output_tokens must be positive");
+    STRATA_EXPECTS(r.prompt_tokens > 0 && r.prompt_tokens >= std::int64_t(r.own.size()) * page_tokens, "replay: ", path,
+                   ":", line_no, ": prompt_tokens ", r.prompt_tokens, " does not cover ", r.own.size(), " pages");
+    w.requests.push_back(std::move(r));
+  }
+  STRATA_EXPECTS(!w.requests.empty(), "replay: ", path, " holds no requests");
+  detail::finish(w);
+  return w;
+}
+
+}  // namespace strata::sim
