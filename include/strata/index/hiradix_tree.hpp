@@ -452,7 +452,9 @@ class hiradix_tree {
   {
     check(node);
     for (std::uint32_t i = node.index; i != 0; i = nodes_[i].parent) {
+      unaccount(i);
       ++nodes_[i].locks[std::size_t(t)];
+      account(i);
       refresh(i);
     }
   }
@@ -469,7 +471,9 @@ class hiradix_tree {
                      " is not locked in the ", to_string(t), " tier");
     }
     for (std::uint32_t i = node.index; i != 0; i = nodes_[i].parent) {
+      unaccount(i);
       --nodes_[i].locks[std::size_t(t)];
+      account(i);
       refresh(i);
     }
   }
@@ -633,6 +637,16 @@ class hiradix_tree {
     return r;
   }
 
+  /**
+   * @brief Pages eviction from tier `t` could free, leaf after leaf: the tier's resident pages but
+   *        those of locked nodes and of nodes with a pending transfer (a little more than it can
+   *        free while a pinned node blocks its unlocked ancestors, until the copy lands).
+   */
+  [[nodiscard]] std::int64_t reclaimable_pages(tier t) const noexcept
+  {
+    return stats_.resident_pages[std::size_t(t)] - held_[std::size_t(t)];
+  }
+
   /// @brief Pages evictable from tier `t` right now (tier-leaves only).
   [[nodiscard]] std::int64_t evictable_pages(tier t) const
   {
@@ -733,6 +747,11 @@ class hiradix_tree {
         fail(i, "permanent node cached nowhere");
       }
     }
+    std::array<std::int64_t, tier_count> held{};
+    for (std::uint32_t i = 1; i < nodes_.size(); ++i) {
+      for (std::size_t t = 0; t < tier_count; ++t) { held[t] += held_in(nodes_[i], t) ? nodes_[i].pages() : 0; }
+    }
+    if (held != held_) { throw error("hiradix_tree invariant: held (locked or pinned) page counts are stale"); }
     for (std::size_t t = 0; t < tier_count; ++t) {
       if (resident[t] != stats_.resident_pages[t]) {
         throw error(detail::concat("hiradix_tree invariant: tier ", t, " resident pages recount ", resident[t],
@@ -992,6 +1011,7 @@ class hiradix_tree {
   {
     std::uint32_t const top = new_node();
     std::uint32_t const parent = nodes_[i].parent;
+    unaccount(i);
     for (std::size_t t = 0; t < tier_count; ++t) { set_candidate(i, tier(t), false); }
     unlink_child(parent, i);
     node_data& n = nodes_[i];
@@ -1018,12 +1038,15 @@ class hiradix_tree {
     for (auto& [id, p] : transfers_) {  // a pending transfer of `i` covers both halves
       if (std::find(p.nodes.begin(), p.nodes.end(), i) != p.nodes.end()) { p.nodes.push_back(top); }
     }
+    account(top);
+    account(i);
     refresh(top);
     refresh(i);
     return top;
   }
   void remove_node(std::uint32_t i)
   {
+    unaccount(i);
     for (std::size_t t = 0; t < tier_count; ++t) { set_candidate(i, tier(t), false); }
     std::uint32_t const parent = nodes_[i].parent;
     unlink_child(parent, i);
@@ -1052,7 +1075,9 @@ class hiradix_tree {
   {
     node_data& n = nodes_[i];
     if (n.resident[std::size_t(t)]) { return; }
+    unaccount(i);
     n.resident[std::size_t(t)] = true;
+    account(i);
     stats_.resident_pages[std::size_t(t)] += n.pages();
     ++nodes_[n.parent].children_resident[std::size_t(t)];
     refresh(i);
@@ -1079,7 +1104,9 @@ class hiradix_tree {
   std::vector<std::int64_t> drop(std::uint32_t i, tier t, bool remove_if_empty)
   {
     node_data& n = nodes_[i];
+    unaccount(i);
     n.resident[std::size_t(t)] = false;
+    account(i);
     stats_.resident_pages[std::size_t(t)] -= n.pages();
     --nodes_[n.parent].children_resident[std::size_t(t)];
     auto ids = release_pages(i, t);
@@ -1154,8 +1181,10 @@ class hiradix_tree {
     transfer_id const id = ++next_transfer_;
     transfers_.emplace(id, pending{{i}, from, to, demotion});
     node_data& n = nodes_[i];
+    unaccount(i);
     ++n.pins[std::size_t(from)];
     ++n.pins[std::size_t(to)];
+    account(i);
     refresh(i);
     copy_order o{id, ref(i), from, to, {}, {}, demotion};
     auto ids = [&](tier t) {
@@ -1172,8 +1201,10 @@ class hiradix_tree {
   void unpin(pending const& t)
   {
     for (auto i : t.nodes) {
+      unaccount(i);
       --nodes_[i].pins[std::size_t(t.from)];
       --nodes_[i].pins[std::size_t(t.to)];
+      account(i);
     }
   }
   /// Queues a device -> host backup of node `i` if it is on the device only and nothing is pending.
@@ -1185,6 +1216,20 @@ class hiradix_tree {
       set_pages(i, tier::host, *pages);
       queued_.push_back(order(i, tier::device, tier::host, false));
     }
+  }
+
+  // -- held pages: resident and locked or pinned, per tier (for reclaimable_pages) --
+  [[nodiscard]] static bool held_in(node_data const& n, std::size_t t) noexcept
+  {
+    return n.alive && n.resident[t] && (n.locks[t] > 0 || has_pins(n));
+  }
+  void unaccount(std::uint32_t i) noexcept
+  {
+    for (std::size_t t = 0; t < tier_count; ++t) { held_[t] -= held_in(nodes_[i], t) ? nodes_[i].pages() : 0; }
+  }
+  void account(std::uint32_t i) noexcept
+  {
+    for (std::size_t t = 0; t < tier_count; ++t) { held_[t] += held_in(nodes_[i], t) ? nodes_[i].pages() : 0; }
   }
 
   // -- eviction candidates: tier-leaves that are resident, unlocked, unpinned, permanent --
@@ -1238,6 +1283,7 @@ class hiradix_tree {
   transfer_id next_transfer_{};
   std::uint64_t clock_{};
   hiradix_stats stats_{};
+  std::array<std::int64_t, tier_count> held_{};
 };
 
 }  // namespace strata

@@ -1,0 +1,413 @@
+// strata's simulator: one engine (or several behind a router) in virtual time, with the real
+// prefix index and the real scheduler strategies; the cost model of one H200 is the clock.
+//
+//   simulate                       a small long-document workload under fifo, longest_prefix and
+//                                  strata: the comparison, in seconds
+//   simulate --workload short_chat --rate 40 --requests 20000 --strategy all --out results/
+//   simulate --trace requests.jsonl --strategy strata
+//   simulate --sweep --out docs/simulation      the acceptance sweeps (minutes)
+//   simulate --help
+#include <strata/sched/baselines.hpp>
+#include <strata/sched/strata_scheduler.hpp>
+#include <strata/sim/plot.hpp>
+#include <strata/sim/report.hpp>
+#include <strata/sim/workload.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace strata;
+using namespace strata::sim;
+
+namespace {
+
+struct options {
+  std::string workload = "long_documents";
+  std::int64_t requests = 0;  // 0: the workload's default
+  double rate = 0;            // 0: the workload's default
+  std::uint64_t seed = 1;
+  std::string strategy = "all";
+  std::string system = "gpu_assisted";
+  bool delay_hits = true, balance = true, bubbles = true;
+  int instances = 1;
+  std::string trace;
+  bool trace_pages = false;
+  std::string out;
+  bool sweep = false;
+  bool progress = false;
+  std::int64_t budget = 8192;
+  std::int64_t device_pages = 0, host_pages = 0;
+};
+
+[[noreturn]] void usage(int code)
+{
+  std::printf(
+    "usage: simulate [options]\n"
+    "  --workload long_documents|short_chat|multi_turn   (default long_documents)\n"
+    "  --trace FILE [--trace-pages]    replay CSV / JSON lines instead (see sim/workload.hpp)\n"
+    "  --requests N --rate R --seed S  size, arrival rate (requests/s), seed\n"
+    "  --strategy fifo|longest_prefix|strata|all         (default all)\n"
+    "  --no-delay-hits --no-balance --no-bubbles          switch strata's ideas off one by one\n"
+    "  --system gpu_assisted|batched_dma|per_block_dma   transfer system (default gpu_assisted)\n"
+    "  --instances N                   engines behind a cache-aware router\n"
+    "  --budget TOKENS --device-pages N --host-pages N\n"
+    "  --out DIR                       per-request CSV, summary.md, ttft_cdf.png\n"
+    "  --sweep                         acceptance sweeps (50/80/95%% load, 3 seeds, every workload)\n"
+    "  --progress                      progress bar\n");
+  std::exit(code);
+}
+
+options parse(int argc, char** argv)
+{
+  options o;
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "simulate: %s needs a value\n", argv[i]);
+      usage(2);
+    }
+    return argv[++i];
+  };
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string const a = argv[i];
+      if (a == "--workload") { o.workload = value(i); }
+      else if (a == "--requests") { o.requests = std::stoll(value(i)); }
+      else if (a == "--rate") { o.rate = std::stod(value(i)); }
+      else if (a == "--seed") { o.seed = std::stoull(value(i)); }
+      else if (a == "--strategy") { o.strategy = value(i); }
+      else if (a == "--system") { o.system = value(i); }
+      else if (a == "--no-delay-hits") { o.delay_hits = false; }
+      else if (a == "--no-balance") { o.balance = false; }
+      else if (a == "--no-bubbles") { o.bubbles = false; }
+      else if (a == "--instances") { o.instances = std::stoi(value(i)); }
+      else if (a == "--trace") { o.trace = value(i); }
+      else if (a == "--trace-pages") { o.trace_pages = true; }
+      else if (a == "--out") { o.out = value(i); }
+      else if (a == "--sweep") { o.sweep = true; }
+      else if (a == "--progress") { o.progress = true; }
+      else if (a == "--budget") { o.budget = std::stoll(value(i)); }
+      else if (a == "--device-pages") { o.device_pages = std::stoll(value(i)); }
+      else if (a == "--host-pages") { o.host_pages = std::stoll(value(i)); }
+      else if (a == "--help" || a == "-h") { usage(0); }
+      else {
+        std::fprintf(stderr, "simulate: unknown option %s\n", a.c_str());
+        usage(2);
+      }
+    }
+  } catch (std::logic_error const&) {
+    std::fprintf(stderr, "simulate: a numeric option has a value that is not a number\n");
+    usage(2);
+  }
+  return o;
+}
+
+io_costs system_io(std::string const& name)
+{
+  if (name == "gpu_assisted") { return h200::gpu_assisted_io(); }
+  if (name == "batched_dma") { return h200::batched_dma_io(); }
+  if (name == "per_block_dma") { return h200::per_block_dma_io(); }
+  throw invalid_argument("strata: unknown transfer system '" + name + "' (gpu_assisted, batched_dma, per_block_dma)");
+}
+
+/// The engine of each workload: Llama-3.1-8B on one H200 with a 48 GiB KV pool (12K pages of 32
+/// tokens) and 512 GiB of pinned host memory (128K pages), so that long documents outgrow the GPU
+/// and come back from the host.
+engine_config engine_for(options const& o, io_costs const& io)
+{
+  engine_config c;
+  c.costs = h200::costs(models::llama31_8b, io);
+  c.device_pages = o.device_pages > 0 ? o.device_pages : 12288;
+  c.host_pages = o.host_pages > 0 ? o.host_pages : 131072;
+  c.token_budget = o.budget;
+  return c;
+}
+
+workload make_workload(std::string const& name, std::int64_t requests, double rate, std::uint64_t seed)
+{
+  if (name == "long_documents") {
+    return long_documents({.requests = requests > 0 ? requests : 400, .rate = rate > 0 ? rate : 0.5, .seed = seed});
+  }
+  if (name == "short_chat") {
+    return short_chat({.requests = requests > 0 ? requests : 4000, .rate = rate > 0 ? rate : 40, .seed = seed});
+  }
+  if (name == "multi_turn") {
+    return multi_turn({.requests = requests > 0 ? requests : 2000, .rate = rate > 0 ? rate : 10, .seed = seed});
+  }
+  throw invalid_argument("strata: unknown workload '" + name + "' (long_documents, short_chat, multi_turn)");
+}
+
+/// Runs one strategy by name.
+simulation_result run(std::string const& strategy, workload const& w, engine_config const& c, strata_options const& so,
+                      int instances, bool progress)
+{
+  if (strategy == "fifo") { return simulate(w, c, fifo{}, instances, progress); }
+  if (strategy == "longest_prefix") { return simulate(w, c, longest_prefix{}, instances, progress); }
+  if (strategy == "strata") { return simulate(w, c, strata_scheduler{so}, instances, progress); }
+  throw invalid_argument("strata: unknown strategy '" + strategy + "' (fifo, longest_prefix, strata, all)");
+}
+
+std::string ablation_label(strata_options const& so)
+{
+  std::string l = "strata";
+  if (!so.delay_hits) { l += " -delay-hits"; }
+  if (!so.balance) { l += " -balance"; }
+  if (!so.bubbles) { l += " -bubbles"; }
+  return l;
+}
+
+// --- the acceptance sweeps --------------------------------------------------------------------------
+
+struct sweep_row {
+  std::string workload, label;
+  double load = 0;
+  std::uint64_t seed = 0;
+  summary s;
+};
+
+double mean_of(std::vector<sweep_row> const& rows, std::string const& w, std::string const& label, double load,
+               double summary::*field)
+{
+  double sum = 0;
+  int n = 0;
+  for (auto const& r : rows) {
+    if (r.workload == w && r.label == label && std::abs(r.load - load) < 1e-9) {
+      sum += r.s.*field;
+      ++n;
+    }
+  }
+  return n > 0 ? sum / n : 0;
+}
+
+int run_sweep(options const& o)
+{
+  std::string const dir = o.out.empty() ? "sweep" : o.out;
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> const workloads{"long_documents", "short_chat", "multi_turn"};
+  std::map<std::string, std::int64_t> const sizes{{"long_documents", 1200}, {"short_chat", 6000}, {"multi_turn", 3000}};
+  std::vector<double> const loads{0.5, 0.8, 0.95};
+  std::vector<std::uint64_t> const seeds{1, 2, 3};
+  std::vector<sweep_row> rows;
+  std::vector<chart> cdfs, curves;
+  auto const t0 = std::chrono::steady_clock::now();
+  std::ostringstream notes;
+  for (auto const& wname : workloads) {
+    engine_config const fast = engine_for(o, h200::gpu_assisted_io());
+    // Saturating rate: requests per second longest_prefix serves when they all arrive at once.
+    workload burst = make_workload(wname, sizes.at(wname), 1e6, 99);
+    auto const b = run("longest_prefix", burst, fast, {}, 1, false);
+    double const saturating = double(burst.requests.size()) / b.makespan_s;
+    notes << "- " << wname << ": saturating rate " << saturating << " requests/s (longest_prefix, all "
+          << burst.requests.size() << " requests at once, GPU-assisted I/O)\n";
+    std::fprintf(stderr, "%s: saturating rate %.3f requests/s\n", wname.c_str(), saturating);
+    for (double load : loads) {
+      for (auto seed : seeds) {
+        workload const w = make_workload(wname, sizes.at(wname), load * saturating, seed);
+        auto add = [&](std::string label, simulation_result const& r) {
+          rows.push_back({wname, label, load, seed, summarize(r, label)});
+          if (load == 0.8 && seed == 1) {
+            if (cdfs.empty() || cdfs.back().title.find(wname) == std::string::npos) {
+              cdfs.push_back(chart{wname + ", 80% load: TTFT CDF", "TTFT (S, LOG)", "FRACTION", {}, true});
+            }
+            cdfs.back().lines.push_back(ttft_cdf(r, label, palette[cdfs.back().lines.size() % 7]));
+          }
+        };
+        add("fifo", run("fifo", w, fast, {}, 1, false));
+        add("longest_prefix", run("longest_prefix", w, fast, {}, 1, false));
+        add("strata", run("strata", w, fast, {}, 1, false));
+        for (int off = 0; off < 3; ++off) {
+          strata_options so;
+          (off == 0 ? so.delay_hits : off == 1 ? so.balance : so.bubbles) = false;
+          add(ablation_label(so), run("strata", w, fast, so, 1, false));
+        }
+        add("system: per-block DMA + fifo (vLLM-like)",
+            run("fifo", w, engine_for(o, h200::per_block_dma_io()), {}, 1, false));
+        add("system: batched DMA + longest_prefix (SGLang-like)",
+            run("longest_prefix", w, engine_for(o, h200::batched_dma_io()), {}, 1, false));
+        std::fprintf(stderr, "  %s load %.2f seed %llu done\n", wname.c_str(), load, (unsigned long long)seed);
+      }
+    }
+    chart curve{wname + ": mean TTFT vs load", "LOAD (FRACTION OF SATURATION)", "TTFT (S)", {}, false};
+    std::vector<std::string> const shown{"fifo", "longest_prefix", "strata", "system: per-block DMA + fifo (vLLM-like)"};
+    for (std::size_t k = 0; k < shown.size(); ++k) {
+      series s{shown[k] == "system: per-block DMA + fifo (vLLM-like)" ? "vLLM-like system" : shown[k], {}, {}, palette[k]};
+      for (double load : loads) {
+        s.x.push_back(load);
+        s.y.push_back(mean_of(rows, wname, shown[k], load, &summary::ttft_mean));
+      }
+      curve.lines.push_back(s);
+    }
+    curves.push_back(curve);
+  }
+  double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  write_charts_png(dir + "/ttft_cdf_80.png", cdfs, 3);
+  write_charts_png(dir + "/ttft_vs_load.png", curves, 3);
+
+  std::ofstream md{dir + "/sweep.md"};
+  md << "# Simulation sweeps\n\nGenerated by `simulate --sweep` in " << seconds
+     << " s. Llama-3.1-8B on one H200 (cost model `h200::`), 12,288-page (48 GiB) KV pool, 131,072-page (512 GiB)"
+        " host tier, 8,192-token prefill budget, write-through backups. Strategies compared on the same I/O "
+        "(GPU-assisted, 51.1 GB/s, layer-wise overlap); systems with their own I/O. Means over seeds 1-3.\n\n";
+  md << notes.str() << "\n";
+  for (auto const& wname : workloads) {
+    md << "## " << wname << "\n\n| load | run | TTFT mean s | p50 | p90 | p99 | tokens/s | redundant prefill tokens | "
+          "delay-hit deferrals | I/O stall s | bubble filled s | host hit rate |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (double load : loads) {
+      std::vector<std::string> labels;
+      for (auto const& r : rows) {
+        if (r.workload == wname && r.load == load && std::find(labels.begin(), labels.end(), r.label) == labels.end()) {
+          labels.push_back(r.label);
+        }
+      }
+      for (auto const& l : labels) {
+        char buf[512];
+        std::snprintf(buf, sizeof buf, "| %.0f%% | %s | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f | %.0f | %.1f | %.1f | %.2f |\n",
+                      load * 100, l.c_str(), mean_of(rows, wname, l, load, &summary::ttft_mean),
+                      mean_of(rows, wname, l, load, &summary::ttft_p50), mean_of(rows, wname, l, load, &summary::ttft_p90),
+                      mean_of(rows, wname, l, load, &summary::ttft_p99),
+                      mean_of(rows, wname, l, load, &summary::throughput_tokens_s),
+                      [&] {
+                        double s = 0;
+                        int n = 0;
+                        for (auto const& r : rows) {
+                          if (r.workload == wname && r.label == l && r.load == load) { s += double(r.s.redundant_tokens), ++n; }
+                        }
+                        return n ? s / n : 0.0;
+                      }(),
+                      [&] {
+                        double s = 0;
+                        int n = 0;
+                        for (auto const& r : rows) {
+                          if (r.workload == wname && r.label == l && r.load == load) { s += double(r.s.delay_hit_deferrals), ++n; }
+                        }
+                        return n ? s / n : 0.0;
+                      }(),
+                      mean_of(rows, wname, l, load, &summary::io_stall_s),
+                      mean_of(rows, wname, l, load, &summary::bubble_filled_s),
+                      [&] {
+                        double s = 0;
+                        int n = 0;
+                        for (auto const& r : rows) {
+                          if (r.workload == wname && r.label == l && r.load == load) { s += r.s.hit_rate[1], ++n; }
+                        }
+                        return n ? s / n : 0.0;
+                      }());
+        md << buf;
+      }
+    }
+    md << "\n";
+  }
+  // The acceptance checks, per workload, load and seed.
+  md << "## Acceptance checks\n\n";
+  int failures = 0;
+  for (auto const& wname : workloads) {
+    for (double load : loads) {
+      for (auto seed : seeds) {
+        auto get = [&](std::string const& l) -> summary const* {
+          for (auto const& r : rows) {
+            if (r.workload == wname && r.label == l && r.load == load && r.seed == seed) { return &r.s; }
+          }
+          return nullptr;
+        };
+        summary const* st = get("strata");
+        summary const* lp = get("longest_prefix");
+        if (st->redundant_tokens != 0) {
+          md << "- " << wname << " " << load * 100 << "% seed " << seed << ": strata redundant prefill "
+             << st->redundant_tokens << " tokens\n";
+          ++failures;
+        }
+        for (auto [name, a, b] : {std::tuple{"p50", st->ttft_p50, lp->ttft_p50}, std::tuple{"p90", st->ttft_p90, lp->ttft_p90}}) {
+          if (a > b * 1.02) {
+            char buf[256];
+            std::snprintf(buf, sizeof buf, "- %s %.0f%% seed %llu: strata TTFT %s %.3f s vs longest_prefix %.3f s (%+.1f%%)\n",
+                          wname.c_str(), load * 100, (unsigned long long)seed, name, a, b, 100 * (a / b - 1));
+            md << buf;
+            ++failures;
+          }
+        }
+      }
+    }
+  }
+  double const lp80 = mean_of(rows, "long_documents", "longest_prefix", 0.8, &summary::ttft_mean);
+  double const st80 = mean_of(rows, "long_documents", "strata", 0.8, &summary::ttft_mean);
+  double const vl80 = mean_of(rows, "long_documents", "system: per-block DMA + fifo (vLLM-like)", 0.8, &summary::ttft_mean);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "\n- long_documents, 80%% load, mean TTFT: longest_prefix %.3f s / strata %.3f s = %.2fx (target 1.3x)\n"
+                "- long_documents, 80%% load, mean TTFT: vLLM-like system %.3f s / strata system %.3f s = %.2fx (target 5x)\n"
+                "- checks failed above: %d\n",
+                lp80, st80, lp80 / st80, vl80, st80, vl80 / st80, failures);
+  md << buf;
+  std::printf("%s", buf);
+  std::ofstream csv{dir + "/sweep.csv"};
+  csv << "workload,run,load,seed,ttft_mean,ttft_p50,ttft_p90,ttft_p99,tokens_per_s,redundant_tokens,delay_hit_deferrals,"
+         "io_stall_s,bubble_filled_s,hit_device,hit_host\n";
+  for (auto const& r : rows) {
+    csv << r.workload << ",\"" << r.label << "\"," << r.load << ',' << r.seed << ',' << r.s.ttft_mean << ',' << r.s.ttft_p50
+        << ',' << r.s.ttft_p90 << ',' << r.s.ttft_p99 << ',' << r.s.throughput_tokens_s << ',' << r.s.redundant_tokens << ','
+        << r.s.delay_hit_deferrals << ',' << r.s.io_stall_s << ',' << r.s.bubble_filled_s << ',' << r.s.hit_rate[0] << ','
+        << r.s.hit_rate[1] << '\n';
+  }
+  std::printf("sweep: %zu runs in %.0f s; %s/sweep.md, sweep.csv, ttft_cdf_80.png, ttft_vs_load.png\n", rows.size(),
+              seconds, dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+  options const o = parse(argc, argv);
+  try {
+    STRATA_EXPECTS(o.instances > 0, "--instances must be positive, got ", o.instances);
+    STRATA_EXPECTS(o.rate >= 0, "--rate must not be negative, got ", o.rate);
+    STRATA_EXPECTS(o.requests >= 0, "--requests must not be negative, got ", o.requests);
+    if (o.sweep) { return run_sweep(o); }
+    engine_config const c = engine_for(o, system_io(o.system));
+    c.validate();
+    workload const w = o.trace.empty() ? make_workload(o.workload, o.requests, o.rate, o.seed)
+                                       : replay(o.trace, c.costs.page_tokens(), o.trace_pages);
+    strata_options so;
+    so.delay_hits = o.delay_hits;
+    so.balance = o.balance;
+    so.bubbles = o.bubbles;
+    std::vector<std::string> const strategies =
+      o.strategy == "all" ? std::vector<std::string>{"fifo", "longest_prefix", "strata"} : std::vector<std::string>{o.strategy};
+    std::printf("%s: %zu requests over %.0f s, Llama-3.1-8B on %d H200%s, %s I/O\n\n", w.name.c_str(), w.requests.size(),
+                w.requests.empty() ? 0.0 : w.requests.back().arrival_s, o.instances, o.instances > 1 ? "s" : "",
+                o.system.c_str());
+    std::vector<summary> rows;
+    std::vector<series> cdf;
+    for (auto const& s : strategies) {
+      auto const t0 = std::chrono::steady_clock::now();
+      auto const r = run(s, w, c, so, o.instances, o.progress || w.requests.size() >= 20000);
+      double const wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      rows.push_back(summarize(r, s == "strata" ? ablation_label(so) : s));
+      std::fprintf(stderr, "%s: simulated in %.2f s of wall time\n", s.c_str(), wall);
+      if (!o.out.empty()) {
+        std::filesystem::create_directories(o.out);
+        write_requests_csv(o.out + "/requests_" + s + ".csv", r);
+        cdf.push_back(ttft_cdf(r, s, palette[cdf.size() % 7]));
+      }
+    }
+    print_table(std::cout, rows);
+    if (!o.out.empty()) {
+      std::ofstream md{o.out + "/summary.md"};
+      print_table(md, rows);
+      write_charts_png(o.out + "/ttft_cdf.png", {chart{w.name + ": TTFT CDF", "TTFT (S, LOG)", "FRACTION", cdf, true}}, 1);
+      std::printf("\nwrote %s/summary.md, requests_*.csv, ttft_cdf.png\n", o.out.c_str());
+    }
+  } catch (strata::error const& e) {
+    std::fprintf(stderr, "simulate: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
