@@ -22,7 +22,7 @@ struct waiting_request {
   std::span<std::int32_t const> tokens;  ///< what the index holds: token ids, or one id per page
   std::int64_t prompt_tokens = 0;        ///< tokens to prefill in all
   std::int64_t output_tokens = 0;        ///< tokens to generate
-  std::int64_t prefilled_tokens = 0;     ///< tokens already computed (chunked prefill under way)
+  std::int64_t prefilled_tokens = 0;     ///< tokens already cached or computed (prefill under way)
   std::int64_t cached_tokens = 0;        ///< tokens found cached when its prefill started
   bool started = false;                  ///< its first chunk ran (loads done, device pages held)
   int deferrals = 0;                     ///< rounds it was passed over

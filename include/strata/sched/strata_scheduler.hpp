@@ -17,19 +17,24 @@ struct strata_options {
   bool bubbles = true;     ///< run decode steps while a load-bound batch waits for its loads
   int max_postponements = 2;  ///< rounds a load-heavy request may be passed over for balance
   std::size_t window = 128;   ///< oldest waiting requests considered per round
+  /// With balance on: prefills of at most this share of the token budget (hits and short prompts)
+  /// go before chunked prefills under way, using at most half the budget while long ones wait.
+  std::int64_t short_percent = 25;
 };
 
 /**
  * @brief The Strata strategy.
  *
- * Each round: chunked prefills under way continue; then, oldest first (requests deferred for a
- * delay hit go first: they now run as hits),
- * - a request whose prefix matches another request's transient prefix of at least the index's
- *   delay-hit threshold is deferred (delay hit) instead of computing the same prefix twice;
- * - a request whose load would make the batch load-bound is postponed (at most
- *   `max_postponements` rounds) while compute-heavy requests later in the queue are added; then
- *   postponed ones are added if their load now hides under the batch's compute;
- * - if the batch stays load-bound, decode steps of running requests fill the predicted stall.
+ * Built on longest_prefix's order (SGLang's default), among the oldest `window` waiting requests:
+ * - delay hits: a request whose prefix matches another request's transient prefix of at least the
+ *   index's delay-hit threshold is deferred instead of computing the same prefix twice, and goes
+ *   first in a later round, when it runs as a hit;
+ * - balance: short prefills (cache hits, short prompts: up to `short_percent` of the budget) go
+ *   before chunked prefills under way, taking at most half the budget, so that a hit rides with a
+ *   long prompt's compute instead of waiting for all its chunks; and while the batch loads longer
+ *   than it computes, load-heavy requests beyond the first wait for a later batch (at most
+ *   `max_postponements` rounds);
+ * - bubbles: if the batch stays load-bound, decode steps of running requests fill the stall.
  * The token budget and device memory bound the batch as for the baselines.
  */
 class strata_scheduler {
@@ -58,54 +63,70 @@ class strata_scheduler {
     batch_plan plan;
     std::int64_t budget = v.token_budget, memory = v.device_pages_available;
     std::array<std::int64_t, tier_count> loads{};
-    for (std::size_t i = 0; i < v.waiting.size() && budget > 0; ++i) {
-      if (v.waiting[i].started) { detail::add_item(v, plan, detail::size_item(v, i, budget), budget, memory, loads); }
+    // Candidates: the oldest `window` waiting requests; new ones matched once.
+    std::vector<std::size_t> fresh, started;
+    std::vector<match_result> matches(v.waiting.size());
+    for (std::size_t i = 0; i < v.waiting.size() && fresh.size() + started.size() < options_.window; ++i) {
+      if (v.waiting[i].started) {
+        started.push_back(i);
+      } else {
+        fresh.push_back(i);
+        matches[i] = v.tree->match(v.waiting[i].tokens);
+      }
     }
-    // Candidates: the oldest `window` not started, those deferred for a delay hit first.
+    // Order: delay-hit deferrals (they now run as hits), then short prefills (hits and short
+    // prompts), then chunked prefills under way, then long ones; longest cached prefix first within.
+    std::int64_t const short_tokens = std::max<std::int64_t>(1, v.token_budget * options_.short_percent / 100);
+    auto rank = [&](std::size_t i) {
+      if (v.waiting[i].delay_hit_deferred) { return 0; }
+      std::int64_t const rest = v.waiting[i].prompt_tokens - std::min(matches[i].tokens * v.index_scale, v.waiting[i].prompt_tokens - 1);
+      return options_.balance && rest <= short_tokens ? 1 : 3;
+    };
+    std::stable_sort(fresh.begin(), fresh.end(), [&](std::size_t a, std::size_t b) {
+      if (rank(a) != rank(b)) { return rank(a) < rank(b); }
+      return matches[a].tokens > matches[b].tokens;
+    });
     std::vector<std::size_t> order;
-    for (std::size_t i = 0; i < v.waiting.size() && order.size() < options_.window; ++i) {
-      if (!v.waiting[i].started) { order.push_back(i); }
-    }
-    std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return v.waiting[i].delay_hit_deferred; });
+    std::size_t f = 0;
+    while (f < fresh.size() && rank(fresh[f]) < 3) { order.push_back(fresh[f++]); }
+    order.insert(order.end(), started.begin(), started.end());
+    order.insert(order.end(), fresh.begin() + std::ptrdiff_t(f), fresh.end());
 
-    std::vector<prefill_item> postponed;
+    // Short requests take at most half the budget while longer ones wait: no starvation.
+    std::int64_t const short_share = v.token_budget / 2;
+    std::int64_t short_used = 0;
     bool memory_full = false;
     for (std::size_t i : order) {
       waiting_request const& r = v.waiting[i];
-      if (budget <= 0 || memory_full) {
-        plan.deferred.push_back({i, r.id, memory_full ? deferral_reason::memory : deferral_reason::budget, {}});
+      if (!r.started) {
+        match_result const& m = matches[i];
+        if (options_.delay_hits && m.delay_hit && m.transient_owner != r.id) {
+          plan.deferred.push_back({i, r.id, deferral_reason::delay_hit, m.transient_owner});
+          continue;
+        }
+      }
+      if (budget <= 0 || (memory_full && !r.started)) {  // a chunked prefill under way holds its memory
+        if (!r.started) {
+          plan.deferred.push_back({i, r.id, budget <= 0 ? deferral_reason::budget : deferral_reason::memory, {}});
+        }
         continue;
       }
-      match_result const m = v.tree->match(r.tokens);
-      if (options_.delay_hits && m.delay_hit && m.transient_owner != r.id) {
-        plan.deferred.push_back({i, r.id, deferral_reason::delay_hit, m.transient_owner});
+      bool const is_short = !r.started && rank(i) < 3;
+      std::int64_t const cap = is_short && started.size() + (fresh.size() - f) > 0 ? std::min(budget, short_share - short_used) : budget;
+      if (cap <= 0) {
+        plan.deferred.push_back({i, r.id, deferral_reason::budget, {}});
         continue;
       }
-      prefill_item const it = detail::size_item(v, i, budget, &m);
-      if (it.new_pages > memory) {
+      prefill_item const it = detail::size_item(v, i, cap, r.started ? nullptr : &matches[i]);
+      if (it.first_chunk && it.new_pages > memory) {
         memory_full = true;
         plan.deferred.push_back({i, r.id, deferral_reason::memory, {}});
         continue;
       }
-      double const l = detail::item_load_s(v, it), c = detail::item_compute_s(v, it);
-      bool const load_heavy = options_.balance && l > c;
-      if (load_heavy && !hides(v, plan, loads, it) && r.deferrals < options_.max_postponements) {
-        postponed.push_back(it);
-        continue;
-      }
+      if (is_short) { short_used += it.chunk_tokens; }
       detail::add_item(v, plan, it, budget, memory, loads);
     }
-    // Postponed load-heavy requests: in if their load now hides (or nothing else runs).
-    for (std::size_t n = 0; n < postponed.size(); ++n) {
-      prefill_item it = postponed[n];
-      bool const fits = it.new_pages <= memory && budget > 0;
-      if (fits && (plan.prefills.empty() || hides(v, plan, loads, it))) {
-        if (it.chunk_tokens > budget) { it = detail::size_item(v, it.index, budget); }
-        detail::add_item(v, plan, it, budget, memory, loads);
-      } else {
-        plan.deferred.push_back({it.index, it.id, fits ? deferral_reason::balance : deferral_reason::memory, {}});
-      }
-    }
+    if (options_.balance) { trim_loads(v, plan, loads); }
     // Bubble filling: decode steps in the stall of a load-bound batch.
     if (options_.bubbles && v.running_sequences > 0 && !plan.prefills.empty()) {
       double const compute = plan.predicted_compute_s * (1 + v.costs->io().prefill_slowdown);
@@ -120,12 +141,32 @@ class strata_scheduler {
   }
 
  private:
-  /// Whether the batch with `it` added still loads no longer than it computes.
-  static bool hides(scheduler_view const& v, batch_plan const& plan, std::array<std::int64_t, tier_count> loads,
-                    prefill_item const& it)
+  /**
+   * Balance: while the batch loads longer than it computes, the lowest-priority request that loads
+   * more than it computes waits for a later batch (never the only one, never one already passed
+   * over `max_postponements` times): its load would delay every request of the batch.
+   */
+  void trim_loads(scheduler_view const& v, batch_plan& plan, std::array<std::int64_t, tier_count>& loads) const
   {
-    for (std::size_t t = 0; t < tier_count; ++t) { loads[t] += it.load_pages[t]; }
-    return v.costs->load_s(loads) <= plan.predicted_compute_s + detail::item_compute_s(v, it);
+    auto load_heavy = [&](prefill_item const& it) {
+      return it.first_chunk && detail::item_load_s(v, it) > detail::item_compute_s(v, it);
+    };
+    for (;;) {
+      if (plan.predicted_load_s <= plan.predicted_compute_s) { return; }
+      std::size_t heavy = 0, victim = plan.prefills.size();
+      for (std::size_t k = 0; k < plan.prefills.size(); ++k) {
+        if (!load_heavy(plan.prefills[k])) { continue; }
+        ++heavy;
+        if (v.waiting[plan.prefills[k].index].deferrals < options_.max_postponements) { victim = k; }
+      }
+      if (heavy <= 1 || victim == plan.prefills.size()) { return; }
+      prefill_item const it = plan.prefills[victim];
+      plan.prefills.erase(plan.prefills.begin() + std::ptrdiff_t(victim));
+      for (std::size_t t = 0; t < tier_count; ++t) { loads[t] -= it.load_pages[t]; }
+      plan.predicted_compute_s -= detail::item_compute_s(v, it);
+      plan.predicted_load_s = v.costs->load_s(loads);
+      plan.deferred.push_back({it.index, it.id, deferral_reason::balance, {}});
+    }
   }
 
   strata_options options_;

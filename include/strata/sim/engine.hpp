@@ -3,10 +3,10 @@
  * @brief Discrete-event simulation of engine instances in virtual time, driving the real
  *        `hiradix_tree` and the real scheduler strategies, with the cost model as the clock.
  *
- * One engine iteration is a prefill batch (its loads from lower tiers overlapped layer by layer
- * with its compute, or before it, as the transfer system does; decode steps fill a load-bound
- * batch's stall when the plan says so) followed by one decode step of the running requests, or a
- * decode step alone. Backups and demotions run on their own links (device -> host is the other
+ * One engine iteration is a prefill batch when one can be formed (its loads from lower tiers
+ * overlapped layer by layer with its compute, or before it, as the transfer system does; decode
+ * steps fill a load-bound batch's stall when the plan says so), else a decode step of the running
+ * requests (SGLang's order; `decode_after_prefill` adds a decode step after every prefill batch). Backups and demotions run on their own links (device -> host is the other
  * direction of PCIe: it does not slow loads). Several engines behind a router share one clock.
  */
 #pragma once
@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <queue>
+#include <unordered_set>
 #include <vector>
 
 namespace strata::sim {
@@ -33,6 +34,9 @@ struct engine_config {
   write_policy policy = write_policy::write_through;  ///< device -> host backups
   std::int64_t token_budget = 8192;    ///< most prefill tokens per batch (longer prompts are chunked)
   std::int64_t delay_hit_tokens = 64;  ///< shortest transient match that is a delay hit
+  /// After each prefill batch, one decode step of the running requests (false: a decode step only
+  /// when no prefill batch can be formed, as SGLang's scheduler does).
+  bool decode_after_prefill = false;
 
   /// @throw strata::invalid_argument for a device pool of no pages, negative tiers, or a
   ///        non-positive budget
@@ -58,6 +62,9 @@ struct request_record {
   std::array<std::int64_t, tier_count> cached_tokens{};  ///< prompt tokens found in each tier (fastest holding it)
   std::int64_t computed_tokens = 0;   ///< prompt tokens prefilled
   std::int64_t redundant_tokens = 0;  ///< computed, then found cached by another request's prefill
+  /// Computed, then found cached by an earlier turn's answer that finished meanwhile (multi-turn:
+  /// the next turn raced the answer's caching; not a prefix two prefills computed together).
+  std::int64_t answer_race_tokens = 0;
   int deferrals = 0;
   int delay_hit_deferrals = 0;
   [[nodiscard]] bool served() const noexcept { return first_token_s >= 0; }
@@ -250,6 +257,38 @@ class engine {
     }
   }
 
+  /// Starts a request's first chunk: holds its pages, orders its loads. False without memory.
+  bool start(prefill_item const& item, std::array<std::int64_t, tier_count>& loaded, std::vector<transfer_id>& loads)
+  {
+    active& a = *waiting_active_[item.index];
+    waiting_request& w = waiting_[item.index];
+    std::int64_t const to_load = tree_.pages_to_load(item.cached_node);
+    std::int64_t const cached = tree_.path_length(item.cached_node);
+    std::int64_t const computed = std::int64_t(a.tokens.size()) - cached;
+    std::int64_t const tail = (a.req->prompt_tokens + page_tokens() - 1) / page_tokens() - std::int64_t(a.tokens.size());
+    std::int64_t const output = (a.req->output_tokens + page_tokens() - 1) / page_tokens();
+    auto pages = allocate(to_load + computed + tail + output);
+    if (!pages) { return false; }
+    for (auto const& o : tree_.load(item.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
+      loaded[std::size_t(o.from)] += std::int64_t(o.from_pages.size());
+      a.rec->cached_tokens[std::size_t(o.from)] += std::int64_t(o.from_pages.size()) * page_tokens();
+      loads.push_back(o.id);
+    }
+    a.cached_pages = cached;
+    a.rec->cached_tokens[0] += (cached - to_load) * page_tokens();
+    a.computed.assign(pages->begin() + to_load, pages->begin() + to_load + computed);
+    a.extra.assign(pages->begin() + to_load + computed, pages->end());
+    a.node = item.cached_node;
+    a.locked = true;
+    if (a.transient_pages > 0) { tree_.mark_in_flight(a.req->id); }
+    w.started = true;
+    w.cached_tokens = item.cached_tokens;
+    w.prefilled_tokens = item.cached_tokens;  // the chunks compute the rest
+    w.delay_hit_deferred = false;
+    return true;
+  }
+
+
   /// Runs a batch; false if none of its requests could get device memory.
   bool run_prefill(batch_plan const& plan)
   {
@@ -263,35 +302,9 @@ class engine {
       if (item.first_chunk) { tree_.lock(item.cached_node, tier::device); }
     }
     for (auto const& item : plan.prefills) {
-      active& a = *waiting_active_[item.index];
-      waiting_request& w = waiting_[item.index];
-      if (item.first_chunk) {
-        std::int64_t const to_load = tree_.pages_to_load(item.cached_node);
-        std::int64_t const cached = tree_.path_length(item.cached_node);
-        std::int64_t const computed = std::int64_t(a.tokens.size()) - cached;
-        std::int64_t const tail = (a.req->prompt_tokens + page_tokens() - 1) / page_tokens() - std::int64_t(a.tokens.size());
-        std::int64_t const output = (a.req->output_tokens + page_tokens() - 1) / page_tokens();
-        auto pages = allocate(to_load + computed + tail + output);
-        if (!pages) {
-          tree_.unlock(item.cached_node, tier::device);
-          continue;
-        }
-        for (auto const& o : tree_.load(item.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
-          loaded[std::size_t(o.from)] += std::int64_t(o.from_pages.size());
-          a.rec->cached_tokens[std::size_t(o.from)] += std::int64_t(o.from_pages.size()) * page_tokens();
-          loads.push_back(o.id);
-        }
-        a.cached_pages = cached;
-        a.rec->cached_tokens[0] += (cached - to_load) * page_tokens();
-        a.computed.assign(pages->begin() + to_load, pages->begin() + to_load + computed);
-        a.extra.assign(pages->begin() + to_load + computed, pages->end());
-        a.node = item.cached_node;
-        a.locked = true;
-        if (a.transient_pages > 0) { tree_.mark_in_flight(a.req->id); }
-        w.started = true;
-        w.cached_tokens = item.cached_tokens;
-        w.prefilled_tokens = item.cached_tokens;  // the chunks compute the rest
-        w.delay_hit_deferred = false;
+      if (item.first_chunk && !start(item, loaded, loads)) {
+        tree_.unlock(item.cached_node, tier::device);
+        continue;
       }
       compute += config_.costs.prefill_s(item.chunk_tokens, item.context_tokens);
       ran.push_back(item);
@@ -337,7 +350,7 @@ class engine {
       waiting_.erase(waiting_.begin() + std::ptrdiff_t(i));
       waiting_active_.erase(waiting_active_.begin() + std::ptrdiff_t(i));
     }
-    if (steps == 0 && !running_.empty()) { decode_step(); }
+    if (config_.decode_after_prefill && steps == 0 && !running_.empty()) { decode_step(); }
     return true;
   }
 
@@ -357,7 +370,14 @@ class engine {
     // request keeps its own until it finishes.
     std::int64_t const beyond = n - path;
     std::int64_t const duplicates = std::int64_t(r.unused_device_pages.size()) - beyond;
-    a.rec->redundant_tokens += duplicates * page_tokens();
+    if (duplicates > 0) {
+      auto const held = tree_.path_pages(r.node, tier::device);
+      for (std::size_t p = std::size_t(a.cached_pages); p < held.size(); ++p) {
+        if (held[p] == table[p]) { continue; }
+        bool const answer = answer_pages_.count(a.tokens[p]) != 0;
+        (answer ? a.rec->answer_race_tokens : a.rec->redundant_tokens) += page_tokens();
+      }
+    }
     release({r.unused_device_pages.begin(), r.unused_device_pages.begin() + duplicates});
     std::vector<std::int64_t> kept(r.unused_device_pages.begin() + duplicates, r.unused_device_pages.end());
     kept.insert(kept.end(), a.extra.begin(), a.extra.end());
@@ -414,6 +434,7 @@ class engine {
       if (need <= extra.size()) {
         table.insert(table.end(), extra.begin(), extra.begin() + std::ptrdiff_t(need));
         table.resize(next.size());
+        for (std::size_t p = a.tokens.size(); p < next.size(); ++p) { answer_pages_.insert(next[p]); }
         insert_result const r = tree_.insert(next, table);
         extra.erase(extra.begin(), extra.begin() + std::ptrdiff_t(need));
         extra.insert(extra.end(), r.unused_device_pages.begin(), r.unused_device_pages.end());
@@ -458,6 +479,7 @@ class engine {
   std::vector<request_id> actives_done_;
   std::priority_queue<pending_copy, std::vector<pending_copy>, std::greater<>> copies_;
   std::array<double, tier_count> link_free_{};
+  std::unordered_set<std::int32_t> answer_pages_;  // page ids cached from answers (multi-turn)
   engine_counters counters_;
 };
 

@@ -91,12 +91,13 @@ inline void write_requests_csv(std::string const& path, simulation_result const&
   std::ofstream out{path};
   STRATA_EXPECTS(out.good(), "write_requests_csv: cannot write ", path);
   out << "id,instance,arrival_s,first_token_s,ttft_s,finish_s,prompt_tokens,output_tokens,cached_device,cached_host,"
-         "cached_file,cached_remote,computed_tokens,redundant_tokens,deferrals,delay_hit_deferrals\n";
+         "cached_file,cached_remote,computed_tokens,redundant_tokens,answer_race_tokens,deferrals,delay_hit_deferrals\n";
   for (auto const& x : r.records) {
     out << x.id.value << ',' << x.instance << ',' << x.arrival_s << ',' << x.first_token_s << ','
         << (x.served() ? x.ttft_s() : -1) << ',' << x.finish_s << ',' << x.prompt_tokens << ',' << x.output_tokens;
     for (auto c : x.cached_tokens) { out << ',' << c; }
-    out << ',' << x.computed_tokens << ',' << x.redundant_tokens << ',' << x.deferrals << ',' << x.delay_hit_deferrals
+    out << ',' << x.computed_tokens << ',' << x.redundant_tokens << ',' << x.answer_race_tokens << ',' << x.deferrals
+        << ',' << x.delay_hit_deferrals
         << '\n';
   }
 }

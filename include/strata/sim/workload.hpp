@@ -94,12 +94,14 @@ struct long_documents_options {
   double questions_per_visit = 4;   ///< mean questions asked together about one document
   double burst_gap_s = 0.3;         ///< mean gap between questions of a visit
   double zipf = 1.0;                ///< popularity skew of documents (revisits)
+  std::int64_t min_output = 8;      ///< answer length range: LooGLE / NarrativeQA answers are short
+  std::int64_t max_output = 64;
   std::int64_t page_tokens = 32;
 };
 
 /**
  * @brief Long documents with several questions each (LooGLE- and NarrativeQA-like): documents of
- *        20K–100K tokens, visited in bursts of short questions (30–120 tokens, answers 50–250);
+ *        20K–100K tokens, visited in bursts of short questions (30–120 tokens, answers of 8–64);
  *        visits arrive as a Poisson process, documents chosen with Zipf popularity, so that bursts
  *        create delay hits and revisits hit whatever tier the document was evicted to.
  */
@@ -111,6 +113,8 @@ inline workload long_documents(long_documents_options const& o)
                  ", ", o.max_tokens, "]");
   STRATA_EXPECTS(o.questions_per_visit >= 1 && o.burst_gap_s >= 0 && o.zipf >= 0 && o.page_tokens > 0,
                  "long_documents: bad burst or popularity parameters");
+  STRATA_EXPECTS(o.min_output > 0 && o.min_output <= o.max_output, "long_documents: bad output range [", o.min_output,
+                 ", ", o.max_output, "]");
   std::mt19937_64 rng{o.seed};
   detail::page_id_source ids;
   std::int64_t const n_docs = o.documents > 0 ? o.documents : std::max<std::int64_t>(8, o.requests / 12);
@@ -139,7 +143,7 @@ inline workload long_documents(long_documents_options const& o)
       std::int64_t const question = std::uniform_int_distribution<std::int64_t>{30, 120}(rng);
       r.own = ids.take(question / o.page_tokens);
       r.prompt_tokens = doc_tokens[d] + question;
-      r.output_tokens = std::uniform_int_distribution<std::int64_t>{50, 250}(rng);
+      r.output_tokens = std::uniform_int_distribution<std::int64_t>{o.min_output, o.max_output}(rng);
       w.requests.push_back(std::move(r));
       if (o.burst_gap_s > 0) { at += std::exponential_distribution<double>{1 / o.burst_gap_s}(rng); }
     }
