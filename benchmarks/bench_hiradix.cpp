@@ -28,7 +28,8 @@ tokens_t document(int doc, std::int64_t pages)
   tokens_t t(static_cast<std::size_t>(pages * page_tokens));
   std::mt19937 group_rng{static_cast<unsigned>(doc % groups) + 1u}, doc_rng{static_cast<unsigned>(doc) + 1000u};
   for (std::size_t i = 0; i < t.size(); ++i) {
-    t[i] = static_cast<std::int32_t>(i < std::size_t(shared_pages * page_tokens) ? group_rng() % 128000 : doc_rng() % 128000);
+    t[i] = static_cast<std::int32_t>(i < std::size_t(shared_pages * page_tokens) ? group_rng() % 128000
+                                                                                 : doc_rng() % 128000);
   }
   return t;
 }
@@ -54,7 +55,9 @@ class map_index {
     for (std::int64_t p = 0; (p + 1) * page_tokens <= std::int64_t(t.size()); ++p) {
       tokens_t page(t.begin() + p * page_tokens, t.begin() + (p + 1) * page_tokens);
       std::uint64_t next = h;
-      for (auto x : page) { next = (next ^ std::uint64_t(x)) * 0x100000001b3ull; }
+      for (auto x : page) {
+        next = (next ^ std::uint64_t(x)) * 0x100000001b3ull;
+      }
       auto [it, inserted] = map_.try_emplace({h, std::move(page)}, entry{next, first_page_id + p});
       h = it->second.hash;
     }
@@ -125,7 +128,9 @@ void match_128k_map_baseline(benchmark::State& state)
 {
   auto& f = long_documents();
   std::size_t i = 0;
-  for (auto _ : state) { benchmark::DoNotOptimize(f.baseline.match(f.docs[i++ % f.docs.size()])); }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(f.baseline.match(f.docs[i++ % f.docs.size()]));
+  }
   state.counters["cached_pages"] = double(f.baseline.size());
 }
 
@@ -147,7 +152,9 @@ void insert_128k(benchmark::State& state)
   auto& f = long_documents();
   int d = documents;
   std::vector<tokens_t> fresh;
-  for (int k = 0; k < 64; ++k) { fresh.push_back(document(d + k, prompt_pages)); }
+  for (int k = 0; k < 64; ++k) {
+    fresh.push_back(document(d + k, prompt_pages));
+  }
   std::size_t i = 0;
   for (auto _ : state) {
     state.PauseTiming();
@@ -169,7 +176,9 @@ void insert_128k_map_baseline(benchmark::State& state)
 {
   auto& f = long_documents();
   std::vector<tokens_t> fresh;
-  for (int k = 0; k < 64; ++k) { fresh.push_back(document(10000 + k, prompt_pages)); }
+  for (int k = 0; k < 64; ++k) {
+    fresh.push_back(document(10000 + k, prompt_pages));
+  }
   std::size_t i = 0;
   for (auto _ : state) {
     state.PauseTiming();
@@ -195,7 +204,9 @@ void evict_10k_pages(benchmark::State& state)
     for (std::int64_t k = 0; k < n; ++k, ++chats) {
       tokens_t t(21 * page_tokens);
       std::mt19937 sys{static_cast<unsigned>(chats % 64) + 1u}, own{static_cast<unsigned>(chats) + 99u};
-      for (std::size_t i = 0; i < t.size(); ++i) { t[i] = std::int32_t(i < 4 * page_tokens ? sys() % 50000 : own() % 50000); }
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        t[i] = std::int32_t(i < 4 * page_tokens ? sys() % 50000 : own() % 50000);
+      }
       std::vector<std::int64_t> ids(21);
       std::iota(ids.begin(), ids.end(), next);
       auto const r = tree.insert(t, ids);
@@ -214,8 +225,7 @@ void evict_10k_pages(benchmark::State& state)
     benchmark::DoNotOptimize(r.freed.data());
   }
   state.counters["pages_per_call"] = benchmark::Counter(pages, benchmark::Counter::kAvgIterations);
-  state.counters["ns_per_page"] =
-    benchmark::Counter(pages, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_page"] = benchmark::Counter(pages, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 /// Memory of the same ~1M cached pages in a tree sized for them (a device pool of 2^20 pages: the
@@ -223,7 +233,9 @@ void evict_10k_pages(benchmark::State& state)
 void memory_per_page(benchmark::State& state)
 {
   fixture f{std::int64_t{1} << 20};
-  for (auto _ : state) { benchmark::DoNotOptimize(f.tree->memory_bytes()); }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(f.tree->memory_bytes());
+  }
   double const pages = double(f.tree->stats().resident_pages[0]);
   state.counters["index_bytes_per_page"] = double(f.tree->memory_bytes()) / pages;
   state.counters["token_bytes_per_page"] = double(page_tokens * 4);
@@ -238,7 +250,11 @@ BENCHMARK(match_128k)->Unit(benchmark::kMicrosecond)->Repetitions(5)->ReportAggr
 BENCHMARK(memcmp_128k_floor)->Unit(benchmark::kMicrosecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(match_128k_map_baseline)->Unit(benchmark::kMicrosecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(insert_128k)->Unit(benchmark::kMicrosecond)->Iterations(200)->Repetitions(5)->ReportAggregatesOnly(true);
-BENCHMARK(insert_128k_map_baseline)->Unit(benchmark::kMicrosecond)->Iterations(20)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(insert_128k_map_baseline)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
 BENCHMARK(evict_10k_pages)->Unit(benchmark::kMicrosecond)->Iterations(50)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(memory_per_page)->Iterations(1);
 BENCHMARK_MAIN();

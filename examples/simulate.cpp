@@ -14,6 +14,7 @@
 #include <strata/sim/workload.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -51,18 +52,18 @@ struct options {
 [[noreturn]] void usage(int code)
 {
   std::printf(
-    "usage: simulate [options]\n"
-    "  --workload long_documents|short_chat|multi_turn   (default long_documents)\n"
-    "  --trace FILE [--trace-pages]    replay CSV / JSON lines instead (see sim/workload.hpp)\n"
-    "  --requests N --rate R --seed S  size, arrival rate (requests/s), seed\n"
-    "  --strategy fifo|longest_prefix|strata|all         (default all)\n"
-    "  --no-delay-hits --no-balance --no-bubbles          switch strata's ideas off one by one\n"
-    "  --system gpu_assisted|batched_dma|per_block_dma   transfer system (default gpu_assisted)\n"
-    "  --instances N                   engines behind a cache-aware router\n"
-    "  --budget TOKENS --device-pages N --host-pages N\n"
-    "  --out DIR                       per-request CSV, summary.md, ttft_cdf.png\n"
-    "  --sweep                         acceptance sweeps (50/80/95%% load, 3 seeds, every workload)\n"
-    "  --progress                      progress bar\n");
+      "usage: simulate [options]\n"
+      "  --workload long_documents|short_chat|multi_turn   (default long_documents)\n"
+      "  --trace FILE [--trace-pages]    replay CSV / JSON lines instead (see sim/workload.hpp)\n"
+      "  --requests N --rate R --seed S  size, arrival rate (requests/s), seed\n"
+      "  --strategy fifo|longest_prefix|strata|all         (default all)\n"
+      "  --no-delay-hits --no-balance --no-bubbles          switch strata's ideas off one by one\n"
+      "  --system gpu_assisted|batched_dma|per_block_dma   transfer system (default gpu_assisted)\n"
+      "  --instances N                   engines behind a cache-aware router\n"
+      "  --budget TOKENS --device-pages N --host-pages N\n"
+      "  --out DIR                       per-request CSV, summary.md, ttft_cdf.png\n"
+      "  --sweep                         acceptance sweeps (50/80/95%% load, 3 seeds, every workload)\n"
+      "  --progress                      progress bar\n");
   std::exit(code);
 }
 
@@ -79,26 +80,45 @@ options parse(int argc, char** argv)
   try {
     for (int i = 1; i < argc; ++i) {
       std::string const a = argv[i];
-      if (a == "--workload") { o.workload = value(i); }
-      else if (a == "--requests") { o.requests = std::stoll(value(i)); }
-      else if (a == "--rate") { o.rate = std::stod(value(i)); }
-      else if (a == "--seed") { o.seed = std::stoull(value(i)); }
-      else if (a == "--strategy") { o.strategy = value(i); }
-      else if (a == "--system") { o.system = value(i); }
-      else if (a == "--no-delay-hits") { o.delay_hits = false; }
-      else if (a == "--no-balance") { o.balance = false; }
-      else if (a == "--no-bubbles") { o.bubbles = false; }
-      else if (a == "--instances") { o.instances = std::stoi(value(i)); }
-      else if (a == "--trace") { o.trace = value(i); }
-      else if (a == "--trace-pages") { o.trace_pages = true; }
-      else if (a == "--out") { o.out = value(i); }
-      else if (a == "--sweep") { o.sweep = true; }
-      else if (a == "--progress") { o.progress = true; }
-      else if (a == "--budget") { o.budget = std::stoll(value(i)); }
-      else if (a == "--device-pages") { o.device_pages = std::stoll(value(i)); }
-      else if (a == "--host-pages") { o.host_pages = std::stoll(value(i)); }
-      else if (a == "--help" || a == "-h") { usage(0); }
-      else {
+      if (a == "--workload") {
+        o.workload = value(i);
+      } else if (a == "--requests") {
+        o.requests = std::stoll(value(i));
+      } else if (a == "--rate") {
+        o.rate = std::stod(value(i));
+      } else if (a == "--seed") {
+        o.seed = std::stoull(value(i));
+      } else if (a == "--strategy") {
+        o.strategy = value(i);
+      } else if (a == "--system") {
+        o.system = value(i);
+      } else if (a == "--no-delay-hits") {
+        o.delay_hits = false;
+      } else if (a == "--no-balance") {
+        o.balance = false;
+      } else if (a == "--no-bubbles") {
+        o.bubbles = false;
+      } else if (a == "--instances") {
+        o.instances = std::stoi(value(i));
+      } else if (a == "--trace") {
+        o.trace = value(i);
+      } else if (a == "--trace-pages") {
+        o.trace_pages = true;
+      } else if (a == "--out") {
+        o.out = value(i);
+      } else if (a == "--sweep") {
+        o.sweep = true;
+      } else if (a == "--progress") {
+        o.progress = true;
+      } else if (a == "--budget") {
+        o.budget = std::stoll(value(i));
+      } else if (a == "--device-pages") {
+        o.device_pages = std::stoll(value(i));
+      } else if (a == "--host-pages") {
+        o.host_pages = std::stoll(value(i));
+      } else if (a == "--help" || a == "-h") {
+        usage(0);
+      } else {
         std::fprintf(stderr, "simulate: unknown option %s\n", a.c_str());
         usage(2);
       }
@@ -134,8 +154,12 @@ engine_config engine_for(options const& o, io_costs const& io, std::string const
 workload make_workload(std::string const& name, std::int64_t requests, double rate, std::uint64_t seed)
 {
   if (name == "long_documents") {
-    return long_documents({.requests = requests > 0 ? requests : 400, .rate = rate > 0 ? rate : 1.5, .seed = seed,
-                           .documents = 40, .questions_per_visit = 1.5, .zipf = 0.8});
+    return long_documents({.requests = requests > 0 ? requests : 400,
+                           .rate = rate > 0 ? rate : 1.5,
+                           .seed = seed,
+                           .documents = 40,
+                           .questions_per_visit = 1.5,
+                           .zipf = 0.8});
   }
   if (name == "short_chat") {
     return short_chat({.requests = requests > 0 ? requests : 4000, .rate = rate > 0 ? rate : 40, .seed = seed});
@@ -162,6 +186,7 @@ std::string ablation_label(strata_options const& so)
   if (!so.delay_hits) { l += " -delay-hits"; }
   if (!so.balance) { l += " -balance"; }
   if (!so.bubbles) { l += " -bubbles"; }
+  if (so.balance && so.short_percent == 0) { l += " -short-first"; }
   return l;
 }
 
@@ -193,7 +218,8 @@ int run_sweep(options const& o)
   std::string const dir = o.out.empty() ? "sweep" : o.out;
   std::filesystem::create_directories(dir);
   std::vector<std::string> const workloads{"long_documents", "short_chat", "multi_turn"};
-  std::map<std::string, std::int64_t> const sizes{{"long_documents", 1200}, {"short_chat", 6000}, {"multi_turn", 3000}};
+  std::map<std::string, std::int64_t> const sizes{
+      {"long_documents", 1200}, {"short_chat", 6000}, {"multi_turn", 20000}};
   std::vector<double> const loads{0.5, 0.8, 0.95};
   std::vector<std::uint64_t> const seeds{1, 2, 3};
   std::vector<sweep_row> rows;
@@ -202,44 +228,84 @@ int run_sweep(options const& o)
   std::ostringstream notes;
   for (auto const& wname : workloads) {
     engine_config const fast = engine_for(o, h200::gpu_assisted_io(), wname);
-    // Saturating rate: requests per second longest_prefix serves when they all arrive at once.
-    workload burst = make_workload(wname, sizes.at(wname), 1e6, 99);
-    auto const b = run("longest_prefix", burst, fast, {}, 1, false);
-    double const saturating = double(burst.requests.size()) / b.makespan_s;
-    notes << "- " << wname << ": saturating rate " << saturating << " requests/s (longest_prefix, all "
-          << burst.requests.size() << " requests at once, GPU-assisted I/O)\n";
+    // Saturating rate: the highest offered rate that longest_prefix keeps up with in steady state:
+    // requests finishing in the second half of the arrival window (up to the last open-loop arrival,
+    // i.e. the last session start for multi-turn) at >= 95% of the offered rate. For open-loop arrivals
+    // this is "the backlog does not grow"; for closed-loop sessions, whose later turns slow down with
+    // the server, it is the throughput that stops following the offered rate.
+    auto keeps_up = [&](double rate) {
+      workload const trial = make_workload(wname, sizes.at(wname), rate, 99);
+      auto const r = run("longest_prefix", trial, fast, {}, 1, false);
+      double last_start = 0;
+      for (auto const& q : trial.requests) {
+        if (q.after == request_id{}) { last_start = std::max(last_start, q.arrival_s); }
+      }
+      std::int64_t finished = 0;
+      for (auto const& x : r.records) {
+        finished += x.finish_s >= last_start / 2 && x.finish_s <= last_start;
+      }
+      return double(finished) >= 0.95 * rate * (last_start / 2);
+    };
+    double lo = wname == "long_documents" ? 0.5 : wname == "short_chat" ? 10.0 : 3.0, hi = lo;
+    while (!keeps_up(lo)) {
+      lo /= 2;
+    }
+    while (keeps_up(hi)) {
+      hi *= 2;
+      if (hi > 1e6) { throw std::runtime_error("simulate: " + wname + " never saturates"); }
+    }
+    for (int k = 0; k < 10; ++k) {
+      double const mid = std::sqrt(lo * hi);
+      (keeps_up(mid) ? lo : hi) = mid;
+    }
+    double const saturating = lo;
+    char rate_text[32];
+    std::snprintf(rate_text, sizeof rate_text, "%.3f", saturating);
+    notes << "- " << wname << ": saturating rate " << rate_text
+          << " requests/s (the highest offered rate at which longest_prefix, on GPU-assisted I/O, finishes requests"
+             " at >= 95% of that rate over the second half of the arrival window; bisection)\n";
     std::fprintf(stderr, "%s: saturating rate %.3f requests/s\n", wname.c_str(), saturating);
     for (double load : loads) {
       for (auto seed : seeds) {
         workload const w = make_workload(wname, sizes.at(wname), load * saturating, seed);
         auto add = [&](std::string label, simulation_result const& r) {
           rows.push_back({wname, label, load, seed, summarize(r, label)});
-          if (load == 0.8 && seed == 1) {
+          bool const plotted = label.find(" -") == std::string::npos;  // ablations: tables only
+          if (load == 0.8 && seed == 1 && plotted) {
             if (cdfs.empty() || cdfs.back().title.find(wname) == std::string::npos) {
               cdfs.push_back(chart{wname + ", 80% load: TTFT CDF", "TTFT (S, LOG)", "FRACTION", {}, true});
             }
-            cdfs.back().lines.push_back(ttft_cdf(r, label, palette[cdfs.back().lines.size() % 7]));
+            std::string const short_label = label.rfind("vLLM", 0) == 0     ? "vLLM-like system"
+                                            : label.rfind("SGLang", 0) == 0 ? "SGLang-like system"
+                                                                            : label;
+            cdfs.back().lines.push_back(ttft_cdf(r, short_label, palette[cdfs.back().lines.size() % 7]));
           }
         };
         add("fifo", run("fifo", w, fast, {}, 1, false));
         add("longest_prefix", run("longest_prefix", w, fast, {}, 1, false));
         add("strata", run("strata", w, fast, {}, 1, false));
-        for (int off = 0; off < 3; ++off) {
+        for (int off = 0; off < 4; ++off) {
           strata_options so;
-          (off == 0 ? so.delay_hits : off == 1 ? so.balance : so.bubbles) = false;
+          if (off == 3) {
+            so.short_percent = 0;  // balance by load trimming only: no short prefills first
+          } else {
+            (off == 0 ? so.delay_hits : off == 1 ? so.balance : so.bubbles) = false;
+          }
           add(ablation_label(so), run("strata", w, fast, so, 1, false));
         }
-        add("system: per-block DMA + fifo (vLLM-like)",
+        add("vLLM-like: per-block DMA + fifo",
             run("fifo", w, engine_for(o, h200::per_block_dma_io(), wname), {}, 1, false));
-        add("system: batched DMA + longest_prefix (SGLang-like)",
+        add("SGLang-like: batched DMA + longest_prefix",
             run("longest_prefix", w, engine_for(o, h200::batched_dma_io(), wname), {}, 1, false));
         std::fprintf(stderr, "  %s load %.2f seed %llu done\n", wname.c_str(), load, (unsigned long long)seed);
       }
     }
     chart curve{wname + ": mean TTFT vs load", "LOAD (FRACTION OF SATURATION)", "TTFT (S)", {}, false};
-    std::vector<std::string> const shown{"fifo", "longest_prefix", "strata", "system: per-block DMA + fifo (vLLM-like)"};
+    std::vector<std::string> const shown{"fifo", "longest_prefix", "strata", "vLLM-like: per-block DMA + fifo",
+                                         "SGLang-like: batched DMA + longest_prefix"};
     for (std::size_t k = 0; k < shown.size(); ++k) {
-      series s{shown[k] == "system: per-block DMA + fifo (vLLM-like)" ? "vLLM-like system" : shown[k], {}, {}, palette[k]};
+      std::string const name = k == 3 ? "vLLM-like system" : k == 4 ? "SGLang-like system" : shown[k];
+      series s{name, {}, {}, palette[k]};
       for (double load : loads) {
         s.x.push_back(load);
         s.y.push_back(mean_of(rows, wname, shown[k], load, &summary::ttft_mean));
@@ -255,12 +321,15 @@ int run_sweep(options const& o)
   std::ofstream md{dir + "/sweep.md"};
   md << "# Simulation sweeps\n\nGenerated by `simulate --sweep` in " << seconds
      << " s. Llama-3.1-8B on one H200 (cost model `h200::`), a 12,288-page (48 GiB) KV pool (6,144 pages, 24 GiB, "
-        "for long documents), a 131,072-page (512 GiB) host tier, 8,192-token prefill budget, write-through backups. Strategies compared on the same I/O "
-        "(GPU-assisted, 51.1 GB/s, layer-wise overlap); systems with their own I/O. Means over seeds 1-3.\n\n";
+        "for long documents), a 131,072-page (512 GiB) host tier, 8,192-token prefill budget, write-through backups. "
+        "Strategies compared on the same I/O "
+        "(GPU-assisted, 49.4 GB/s, layer-wise overlap); systems with their own I/O. Means over seeds 1-3.\n\n";
   md << notes.str() << "\n";
   for (auto const& wname : workloads) {
-    md << "## " << wname << "\n\n| load | run | TTFT mean s | p50 | p90 | p99 | tokens/s | redundant prefill tokens | "
-          "delay-hit deferrals | I/O stall s | bubble filled s | host hit rate |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    md << "## " << wname
+       << "\n\n| load | run | TTFT mean s | p50 | p90 | p99 | tokens/s | redundant prefill tokens | "
+          "delay-hit deferrals | I/O stall s | bubble filled s | host hit rate "
+          "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (double load : loads) {
       std::vector<std::string> labels;
       for (auto const& r : rows) {
@@ -270,45 +339,51 @@ int run_sweep(options const& o)
       }
       for (auto const& l : labels) {
         char buf[512];
-        std::snprintf(buf, sizeof buf, "| %.0f%% | %s | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f | %.0f | %.1f | %.1f | %.2f |\n",
-                      load * 100, l.c_str(), mean_of(rows, wname, l, load, &summary::ttft_mean),
-                      mean_of(rows, wname, l, load, &summary::ttft_p50), mean_of(rows, wname, l, load, &summary::ttft_p90),
-                      mean_of(rows, wname, l, load, &summary::ttft_p99),
-                      mean_of(rows, wname, l, load, &summary::throughput_tokens_s),
-                      [&] {
-                        double s = 0;
-                        int n = 0;
-                        for (auto const& r : rows) {
-                          if (r.workload == wname && r.label == l && r.load == load) { s += double(r.s.redundant_tokens), ++n; }
-                        }
-                        return n ? s / n : 0.0;
-                      }(),
-                      [&] {
-                        double s = 0;
-                        int n = 0;
-                        for (auto const& r : rows) {
-                          if (r.workload == wname && r.label == l && r.load == load) { s += double(r.s.delay_hit_deferrals), ++n; }
-                        }
-                        return n ? s / n : 0.0;
-                      }(),
-                      mean_of(rows, wname, l, load, &summary::io_stall_s),
-                      mean_of(rows, wname, l, load, &summary::bubble_filled_s),
-                      [&] {
-                        double s = 0;
-                        int n = 0;
-                        for (auto const& r : rows) {
-                          if (r.workload == wname && r.label == l && r.load == load) { s += r.s.hit_rate[1], ++n; }
-                        }
-                        return n ? s / n : 0.0;
-                      }());
+        std::snprintf(
+            buf, sizeof buf, "| %.0f%% | %s | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f | %.0f | %.1f | %.1f | %.2f |\n",
+            load * 100, l.c_str(), mean_of(rows, wname, l, load, &summary::ttft_mean),
+            mean_of(rows, wname, l, load, &summary::ttft_p50), mean_of(rows, wname, l, load, &summary::ttft_p90),
+            mean_of(rows, wname, l, load, &summary::ttft_p99),
+            mean_of(rows, wname, l, load, &summary::throughput_tokens_s),
+            [&] {
+              double s = 0;
+              int n = 0;
+              for (auto const& r : rows) {
+                if (r.workload == wname && r.label == l && r.load == load) { s += double(r.s.redundant_tokens), ++n; }
+              }
+              return n ? s / n : 0.0;
+            }(),
+            [&] {
+              double s = 0;
+              int n = 0;
+              for (auto const& r : rows) {
+                if (r.workload == wname && r.label == l && r.load == load) {
+                  s += double(r.s.delay_hit_deferrals), ++n;
+                }
+              }
+              return n ? s / n : 0.0;
+            }(),
+            mean_of(rows, wname, l, load, &summary::io_stall_s),
+            mean_of(rows, wname, l, load, &summary::bubble_filled_s),
+            [&] {
+              double s = 0;
+              int n = 0;
+              for (auto const& r : rows) {
+                if (r.workload == wname && r.label == l && r.load == load) { s += r.s.hit_rate[1], ++n; }
+              }
+              return n ? s / n : 0.0;
+            }());
         md << buf;
       }
     }
     md << "\n";
   }
   // The acceptance checks, per workload, load and seed.
-  md << "## Acceptance checks\n\n";
+  md << "## Acceptance checks\n\nPer workload, load and seed: strata's redundant prefill from delay hits is 0 tokens, "
+        "and its"
+        " TTFT p50 and p90 are within 2% of longest_prefix's. Failures:\n\n";
   int failures = 0;
+  std::int64_t short_overlaps = 0;
   for (auto const& wname : workloads) {
     for (double load : loads) {
       for (auto seed : seeds) {
@@ -320,15 +395,18 @@ int run_sweep(options const& o)
         };
         summary const* st = get("strata");
         summary const* lp = get("longest_prefix");
-        if (st->redundant_tokens != 0) {
-          md << "- " << wname << " " << load * 100 << "% seed " << seed << ": strata redundant prefill "
-             << st->redundant_tokens << " tokens\n";
+        if (st->redundant_tokens - st->short_overlap_tokens != 0) {
+          md << "- " << wname << " " << load * 100 << "% seed " << seed << ": strata redundant prefill from delay hits "
+             << st->redundant_tokens - st->short_overlap_tokens << " tokens\n";
           ++failures;
         }
-        for (auto [name, a, b] : {std::tuple{"p50", st->ttft_p50, lp->ttft_p50}, std::tuple{"p90", st->ttft_p90, lp->ttft_p90}}) {
+        short_overlaps += st->short_overlap_tokens;
+        for (auto [name, a, b] :
+             {std::tuple{"p50", st->ttft_p50, lp->ttft_p50}, std::tuple{"p90", st->ttft_p90, lp->ttft_p90}}) {
           if (a > b * 1.02) {
             char buf[256];
-            std::snprintf(buf, sizeof buf, "- %s %.0f%% seed %llu: strata TTFT %s %.3f s vs longest_prefix %.3f s (%+.1f%%)\n",
+            std::snprintf(buf, sizeof buf,
+                          "- %s %.0f%% seed %llu: strata TTFT %s %.3f s vs longest_prefix %.3f s (%+.1f%%)\n",
                           wname.c_str(), load * 100, (unsigned long long)seed, name, a, b, 100 * (a / b - 1));
             md << buf;
             ++failures;
@@ -337,25 +415,44 @@ int run_sweep(options const& o)
       }
     }
   }
+  md << (failures == 0 ? "- none\n\n" : "\n");
+  // p99 is no target, but balance trades it for the rest: show the worst ratio.
+  double worst_p99 = 0;
+  std::string worst_at;
+  for (auto const& wname : workloads) {
+    for (double load : loads) {
+      double const ratio = mean_of(rows, wname, "strata", load, &summary::ttft_p99) /
+                           mean_of(rows, wname, "longest_prefix", load, &summary::ttft_p99);
+      if (ratio > worst_p99) { worst_p99 = ratio, worst_at = wname + " at " + std::to_string(int(load * 100)) + "%"; }
+    }
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "- (not a target) worst TTFT p99 of strata / longest_prefix, means over seeds: %.2fx, %s\n", worst_p99,
+                worst_at.c_str());
+  md << line;
   double const lp80 = mean_of(rows, "long_documents", "longest_prefix", 0.8, &summary::ttft_mean);
   double const st80 = mean_of(rows, "long_documents", "strata", 0.8, &summary::ttft_mean);
-  double const vl80 = mean_of(rows, "long_documents", "system: per-block DMA + fifo (vLLM-like)", 0.8, &summary::ttft_mean);
+  double const vl80 = mean_of(rows, "long_documents", "vLLM-like: per-block DMA + fifo", 0.8, &summary::ttft_mean);
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "\n- long_documents, 80%% load, mean TTFT: longest_prefix %.3f s / strata %.3f s = %.2fx (target 1.3x)\n"
-                "- long_documents, 80%% load, mean TTFT: vLLM-like system %.3f s / strata system %.3f s = %.2fx (target 5x)\n"
-                "- checks failed above: %d\n",
-                lp80, st80, lp80 / st80, vl80, st80, vl80 / st80, failures);
+  std::snprintf(
+      buf, sizeof buf,
+      "- long_documents, 80%% load, mean TTFT: longest_prefix %.3f s / strata %.3f s = %.2fx (target 1.3x)\n"
+      "- long_documents, 80%% load, mean TTFT: vLLM-like system %.3f s / strata system %.3f s = %.2fx (target 5x)\n"
+      "- strata's redundant prefill in overlaps below the 64-token delay-hit threshold, all runs: %lld tokens\n"
+      "- checks failed above: %d\n",
+      lp80, st80, lp80 / st80, vl80, st80, vl80 / st80, (long long)short_overlaps, failures);
   md << buf;
   std::printf("%s", buf);
   std::ofstream csv{dir + "/sweep.csv"};
-  csv << "workload,run,load,seed,ttft_mean,ttft_p50,ttft_p90,ttft_p99,tokens_per_s,redundant_tokens,delay_hit_deferrals,"
+  csv << "workload,run,load,seed,ttft_mean,ttft_p50,ttft_p90,ttft_p99,tokens_per_s,redundant_tokens,delay_hit_"
+         "deferrals,"
          "io_stall_s,bubble_filled_s,hit_device,hit_host\n";
   for (auto const& r : rows) {
-    csv << r.workload << ",\"" << r.label << "\"," << r.load << ',' << r.seed << ',' << r.s.ttft_mean << ',' << r.s.ttft_p50
-        << ',' << r.s.ttft_p90 << ',' << r.s.ttft_p99 << ',' << r.s.throughput_tokens_s << ',' << r.s.redundant_tokens << ','
-        << r.s.delay_hit_deferrals << ',' << r.s.io_stall_s << ',' << r.s.bubble_filled_s << ',' << r.s.hit_rate[0] << ','
-        << r.s.hit_rate[1] << '\n';
+    csv << r.workload << ",\"" << r.label << "\"," << r.load << ',' << r.seed << ',' << r.s.ttft_mean << ','
+        << r.s.ttft_p50 << ',' << r.s.ttft_p90 << ',' << r.s.ttft_p99 << ',' << r.s.throughput_tokens_s << ','
+        << r.s.redundant_tokens << ',' << r.s.delay_hit_deferrals << ',' << r.s.io_stall_s << ',' << r.s.bubble_filled_s
+        << ',' << r.s.hit_rate[0] << ',' << r.s.hit_rate[1] << '\n';
   }
   std::printf("sweep: %zu runs in %.0f s; %s/sweep.md, sweep.csv, ttft_cdf_80.png, ttft_vs_load.png\n", rows.size(),
               seconds, dir.c_str());
@@ -380,11 +477,12 @@ int main(int argc, char** argv)
     so.delay_hits = o.delay_hits;
     so.balance = o.balance;
     so.bubbles = o.bubbles;
-    std::vector<std::string> const strategies =
-      o.strategy == "all" ? std::vector<std::string>{"fifo", "longest_prefix", "strata"} : std::vector<std::string>{o.strategy};
-    std::printf("%s: %zu requests over %.0f s, Llama-3.1-8B on %d H200%s, %s I/O\n\n", w.name.c_str(), w.requests.size(),
-                w.requests.empty() ? 0.0 : w.requests.back().arrival_s, o.instances, o.instances > 1 ? "s" : "",
-                o.system.c_str());
+    std::vector<std::string> const strategies = o.strategy == "all"
+                                                    ? std::vector<std::string>{"fifo", "longest_prefix", "strata"}
+                                                    : std::vector<std::string>{o.strategy};
+    std::printf("%s: %zu requests over %.0f s, Llama-3.1-8B on %d H200%s, %s I/O\n\n", w.name.c_str(),
+                w.requests.size(), w.requests.empty() ? 0.0 : w.requests.back().arrival_s, o.instances,
+                o.instances > 1 ? "s" : "", o.system.c_str());
     std::vector<summary> rows;
     std::vector<series> cdf;
     for (auto const& s : strategies) {
@@ -403,7 +501,8 @@ int main(int argc, char** argv)
     if (!o.out.empty()) {
       std::ofstream md{o.out + "/summary.md"};
       print_table(md, rows);
-      write_charts_png(o.out + "/ttft_cdf.png", {chart{w.name + ": TTFT CDF", "TTFT (S, LOG)", "FRACTION", cdf, true}}, 1);
+      write_charts_png(o.out + "/ttft_cdf.png", {chart{w.name + ": TTFT CDF", "TTFT (S, LOG)", "FRACTION", cdf, true}},
+                       1);
       std::printf("\nwrote %s/summary.md, requests_*.csv, ttft_cdf.png\n", o.out.c_str());
     }
   } catch (strata::error const& e) {

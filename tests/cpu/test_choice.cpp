@@ -12,10 +12,10 @@ namespace {
 std::vector<transfer_option> options()
 {
   return {
-    {"gpu_assisted/2", {51, 50, 48}, {0, 0.085, 0.24}, 0},
-    {"gpu_assisted/1", {40, 39, 37}, {0, 0.08, 0.10}, 0},
-    {"dma_batch/1024", {54, 53, 53}, {0, 0.005, 0.008}, 130},
-    {"dma_batch/1024 (submit thread)", {53, 52, 52}, {0, 0.005, 0.008}, 0.05},
+      {"gpu_assisted/2", {51, 50, 48}, {0, 0.085, 0.24}, 0},
+      {"gpu_assisted/1", {40, 39, 37}, {0, 0.08, 0.10}, 0},
+      {"dma_batch/1024", {54, 53, 53}, {0, 0.005, 0.008}, 130},
+      {"dma_batch/1024 (submit thread)", {53, 52, 52}, {0, 0.005, 0.008}, 0.05},
   };
 }
 }  // namespace
@@ -60,7 +60,8 @@ TEST_CASE("the choice rejects bad input", "[cpu][choice]")
                         (void)choose_transfer(opts, {gpu_activity::decode, 1, 0, 1}));
   opts[1].gbps[2] = 5;
   opts[1].slowdown[2] = -0.1;
-  STRATA_REQUIRE_THROWS(invalid_argument, "negative slowdown", (void)choose_transfer(opts, {gpu_activity::decode, 1, 0, 1}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "negative slowdown",
+                        (void)choose_transfer(opts, {gpu_activity::decode, 1, 0, 1}));
   STRATA_REQUIRE_THROWS(invalid_argument, "unknown gpu_activity",
                         (void)choose_transfer(opts, {static_cast<gpu_activity>(7), 1, 0, 1}));
 }

@@ -68,7 +68,9 @@ class model_test {
     cfg_.selective_hits = pick({1, 2, 3});
     cfg_.delay_hit_tokens = pick({2, 4});
     tree_.emplace(cfg_);
-    for (std::int64_t i = 0; i < cfg_.capacity[0]; ++i) { free_device_.insert(i); }
+    for (std::int64_t i = 0; i < cfg_.capacity[0]; ++i) {
+      free_device_.insert(i);
+    }
   }
 
   void run(int steps)
@@ -76,18 +78,31 @@ class model_test {
     for (step_ = 0; step_ < steps; ++step_) {
       int const op = static_cast<int>(rng_() % 100);
       INFO("seed " << seed_ << ", step " << step_ << ", op " << op);
-      if (op < 22) { do_insert(); }
-      else if (op < 44) { do_match(); }
-      else if (op < 50) { do_unlock(); }
-      else if (op < 57) { do_mark(); }
-      else if (op < 60) { do_in_flight(); }
-      else if (op < 66) { do_commit(); }
-      else if (op < 69) { do_abort(); }
-      else if (op < 80) { do_evict(); }
-      else if (op < 90) { do_complete(); }
-      else if (op < 92) { do_cancel(); }
-      else if (op < 97) { do_load(); }
-      else { do_bad_input(); }
+      if (op < 22) {
+        do_insert();
+      } else if (op < 44) {
+        do_match();
+      } else if (op < 50) {
+        do_unlock();
+      } else if (op < 57) {
+        do_mark();
+      } else if (op < 60) {
+        do_in_flight();
+      } else if (op < 66) {
+        do_commit();
+      } else if (op < 69) {
+        do_abort();
+      } else if (op < 80) {
+        do_evict();
+      } else if (op < 90) {
+        do_complete();
+      } else if (op < 92) {
+        do_cancel();
+      } else if (op < 97) {
+        do_load();
+      } else {
+        do_bad_input();
+      }
       sync();
       verify();
     }
@@ -100,13 +115,17 @@ class model_test {
   {
     std::size_t const n = rng_() % 14;
     tokens_t t(n);
-    for (auto& x : t) { x = static_cast<std::int32_t>(rng_() % 3); }
+    for (auto& x : t) {
+      x = static_cast<std::int32_t>(rng_() % 3);
+    }
     return t;
   }
   std::vector<tokens_t> keys(tokens_t const& t) const
   {
     std::vector<tokens_t> out;
-    for (std::size_t p = 2; p <= t.size(); p += 2) { out.emplace_back(t.begin(), t.begin() + std::ptrdiff_t(p)); }
+    for (std::size_t p = 2; p <= t.size(); p += 2) {
+      out.emplace_back(t.begin(), t.begin() + std::ptrdiff_t(p));
+    }
     return out;
   }
   /// Whether a page extends `k` by one page (resident in `resident_in`, if given; not in `except`).
@@ -128,12 +147,16 @@ class model_test {
     std::vector<std::int64_t> all(free_device_.begin(), free_device_.end());
     std::shuffle(all.begin(), all.end(), rng_);
     all.resize(n);
-    for (auto i : all) { free_device_.erase(i); }
+    for (auto i : all) {
+      free_device_.erase(i);
+    }
     return all;
   }
   void give_back(std::vector<std::int64_t> const& ids)
   {
-    for (auto i : ids) { REQUIRE(free_device_.insert(i).second); }
+    for (auto i : ids) {
+      REQUIRE(free_device_.insert(i).second);
+    }
   }
   tokens_t* page_with(tier t, std::int64_t id)
   {
@@ -189,8 +212,11 @@ class model_test {
     mpage& p = pages_.at(k);
     REQUIRE(p.res[std::size_t(t)]);
     p.res[std::size_t(t)] = false;
-    if (t == tier::remote) { p.key = -1; }
-    else { p.id[std::size_t(t)] = -1; }
+    if (t == tier::remote) {
+      p.key = -1;
+    } else {
+      p.id[std::size_t(t)] = -1;
+    }
   }
   void register_order(copy_order const& o)
   {
@@ -203,8 +229,11 @@ class model_test {
       REQUIRE(p.res[std::size_t(o.from)]);
       ++p.pins[std::size_t(o.from)];
       ++p.pins[std::size_t(o.to)];
-      if (o.to == tier::remote) { p.key = o.to_pages[i]; }
-      else { p.id[std::size_t(o.to)] = o.to_pages[i]; }
+      if (o.to == tier::remote) {
+        p.key = o.to_pages[i];
+      } else {
+        p.id[std::size_t(o.to)] = o.to_pages[i];
+      }
       m.pages.push_back(*k);
     }
     REQUIRE(transfers_.emplace(o.id, std::move(m)).second);
@@ -227,7 +256,9 @@ class model_test {
   void sync()
   {
     sync_internal();
-    for (auto const& o : tree_->take_copies()) { register_order(o); }
+    for (auto const& o : tree_->take_copies()) {
+      register_order(o);
+    }
     remove_empty();
   }
   void verify()
@@ -236,14 +267,20 @@ class model_test {
     tree_->check_invariants();
     std::array<std::int64_t, tier_count> resident{};
     for (auto const& [k, p] : pages_) {
-      for (std::size_t t = 0; t < tier_count; ++t) { resident[t] += p.res[t]; }
+      for (std::size_t t = 0; t < tier_count; ++t) {
+        resident[t] += p.res[t];
+      }
     }
     REQUIRE(tree_->stats().resident_pages == resident);
     REQUIRE(tree_->pending_transfers() == transfers_.size());
     std::size_t transient = 0;
-    for (auto const& [k, p] : pages_) { transient += p.transient; }
+    for (auto const& [k, p] : pages_) {
+      transient += p.transient;
+    }
     std::size_t expected = 0;
-    for (auto const& [r, n] : requests_) { expected += std::size_t(tree_->transient_pages(r)); }
+    for (auto const& [r, n] : requests_) {
+      expected += std::size_t(tree_->transient_pages(r));
+    }
     REQUIRE(transient == expected);
   }
 
@@ -282,8 +319,11 @@ class model_test {
         expect_unused.insert(expect_unused.end(), dev->begin() + std::ptrdiff_t(i), dev->end());
         break;
       }
-      if (!it->second.res[0] && it->second.pins[0] == 0) { ++expect_new; }
-      else if (it->second.id[0] != (*dev)[i]) { expect_unused.push_back((*dev)[i]); }
+      if (!it->second.res[0] && it->second.pins[0] == 0) {
+        ++expect_new;
+      } else if (it->second.id[0] != (*dev)[i]) {
+        expect_unused.push_back((*dev)[i]);
+      }
       walked = i + 1;
     }
     (void)stopped;
@@ -330,18 +370,35 @@ class model_test {
       }
       if (!it->second.cached()) { break; }
       tokens += 2;
-      for (std::size_t u = 0; u < tier_count; ++u) { tiers[u] += it->second.res[u] ? 2 : 0; }
+      for (std::size_t u = 0; u < tier_count; ++u) {
+        tiers[u] += it->second.res[u] ? 2 : 0;
+      }
       device_run = device_run && it->second.res[0];
       if (device_run) { device_prefix += 2; }
     }
-    std::int64_t const peeked = tree_->peek(t);
+    match_result const probed = tree_->probe(t);  // what match will say, without its side effects
     auto const r = tree_->match(t);
-    REQUIRE(peeked == r.tokens);
+    REQUIRE(probed.tokens == r.tokens);
+    REQUIRE(probed.tier_tokens == r.tier_tokens);
+    REQUIRE(probed.fastest_tokens == r.fastest_tokens);
+    REQUIRE(probed.device_prefix_tokens == r.device_prefix_tokens);
+    REQUIRE(probed.transient_tokens == r.transient_tokens);
+    REQUIRE(probed.delay_hit == r.delay_hit);
     cover.matched_tokens += r.tokens;
     cover.delay_hits += r.delay_hit;
     REQUIRE(r.tokens == tokens);
     REQUIRE(r.tier_tokens == tiers);
     REQUIRE(r.device_prefix_tokens == device_prefix);
+    std::array<std::int64_t, tier_count> fastest{};
+    for (std::size_t i = 0; i < std::size_t(tokens / 2); ++i) {
+      mpage const& p = pages_.at(ks[i]);
+      std::size_t u = 0;
+      while (u + 1 < tier_count && !p.res[u]) {
+        ++u;
+      }
+      fastest[u] += 2;
+    }
+    REQUIRE(r.fastest_tokens == fastest);
     REQUIRE(r.transient_tokens == transient_tokens);
     if (transient_tokens > 0) {
       REQUIRE(r.transient == state);
@@ -359,7 +416,9 @@ class model_test {
       tier const lt = tier(rng_() % tier_count);
       tree_->lock(r.node, lt);
       ++cover.locks;
-      for (auto const& k : path) { ++pages_[k].locks[std::size_t(lt)]; }
+      for (auto const& k : path) {
+        ++pages_[k].locks[std::size_t(lt)];
+      }
       locks_.push_back({r.node, lt, path});
     }
     last_match_ = {r.node, path};
@@ -373,7 +432,9 @@ class model_test {
     lock_record const l = locks_[i];
     locks_.erase(locks_.begin() + std::ptrdiff_t(i));
     tree_->unlock(l.node, l.t);
-    for (auto const& k : l.pages) { --pages_.at(k).locks[std::size_t(l.t)]; }
+    for (auto const& k : l.pages) {
+      --pages_.at(k).locks[std::size_t(l.t)];
+    }
   }
 
   void do_mark()
@@ -419,7 +480,9 @@ class model_test {
     auto const r = some_request();
     if (!r) { return; }
     tree_->mark_in_flight(r->first);
-    for (auto const& k : r->second) { pages_.at(k).state = transient_state::in_flight; }
+    for (auto const& k : r->second) {
+      pages_.at(k).state = transient_state::in_flight;
+    }
   }
   void do_commit()
   {
@@ -448,7 +511,9 @@ class model_test {
     if (!r) { return; }
     tree_->abort(r->first);
     ++cover.aborts;
-    for (auto const& k : r->second) { pages_.erase(k); }
+    for (auto const& k : r->second) {
+      pages_.erase(k);
+    }
     requests_.erase(r->first);
   }
 
@@ -486,7 +551,9 @@ class model_test {
       REQUIRE(o.from == t);
       REQUIRE(demotion_target(pages_.at(*page_with(t, o.from_pages[0])), t) == o.to);
       register_order(o);
-      for (auto const& k : transfers_.at(o.id).pages) { evicted.insert(k); }
+      for (auto const& k : transfers_.at(o.id).pages) {
+        evicted.insert(k);
+      }
       counted += std::int64_t(o.from_pages.size());
     }
     REQUIRE(counted == r.pages);
@@ -494,7 +561,9 @@ class model_test {
     cover.demotions += std::int64_t(r.demotions.size());
     cover.remote += t == tier::remote ? r.pages : 0;
     if (t == tier::device) {
-      for (auto id : r.freed) { REQUIRE(free_device_.insert(id).second); }
+      for (auto id : r.freed) {
+        REQUIRE(free_device_.insert(id).second);
+      }
     }
     sync();
     // Evicted nodes were tier-leaves: nothing else resident in the tier extends an evicted page.
@@ -518,12 +587,16 @@ class model_test {
         std::string d;
         for (auto const& [kk, ll] : before) {
           d += "[";
-          for (auto x : kk) { d += std::to_string(x); }
+          for (auto x : kk) {
+            d += std::to_string(x);
+          }
           d += " last " + std::to_string(ll) + (evicted.count(kk) ? " evicted" : "") + "] ";
         }
         for (auto const& kk : evicted) {
           d += "{";
-          for (auto x : kk) { d += std::to_string(x); }
+          for (auto x : kk) {
+            d += std::to_string(x);
+          }
           d += "}";
         }
         INFO("candidates before: " << d);
@@ -560,8 +633,11 @@ class model_test {
         }
       } else {
         if (m.to == tier::device) { returned_destinations.push_back(p.id[0]); }
-        if (m.to == tier::remote) { p.key = -1; }
-        else { p.id[std::size_t(m.to)] = -1; }
+        if (m.to == tier::remote) {
+          p.key = -1;
+        } else {
+          p.id[std::size_t(m.to)] = -1;
+        }
       }
     }
     if (complete) {
@@ -586,7 +662,9 @@ class model_test {
     if (!last_match_ || last_match_->second.empty()) { return; }
     auto const& [node, path] = *last_match_;
     bool alive = true;
-    for (auto const& k : path) { alive = alive && pages_.count(k) != 0 && pages_.at(k).cached(); }
+    for (auto const& k : path) {
+      alive = alive && pages_.count(k) != 0 && pages_.at(k).cached();
+    }
     if (!alive) { return; }
     std::int64_t expected = 0;
     for (auto const& k : path) {
@@ -609,7 +687,9 @@ class model_test {
       for (std::size_t i = 0; i < o.from_pages.size(); ++i, ++at) {
         mpage const& p = pages_.at(*page_with(o.from, o.from_pages[i]));
         std::size_t fastest = 1;
-        while (!p.res[fastest]) { ++fastest; }
+        while (!p.res[fastest]) {
+          ++fastest;
+        }
         REQUIRE(std::size_t(o.from) == fastest);
         REQUIRE(o.to_pages[i] == (*dev)[at]);
       }
@@ -626,11 +706,22 @@ class model_test {
     bool thrown = false;
     try {
       switch (which) {
-        case 0: tree_->commit(request_id{next_request_ + 1000}, std::vector<std::int64_t>{}); break;
-        case 1: tree_->unlock(tree_->root(), tier::device); tree_->unlock(node_ref{0, 1}, tier::device); break;
-        case 2: tree_->insert(tokens_t{1, 1}, std::vector<std::int64_t>{cfg_.capacity[0]}); break;
-        case 3: tree_->complete(transfer_id{1'000'000'000}); break;
-        default: tree_->evict(tier::device, -1); break;
+        case 0:
+          tree_->commit(request_id{next_request_ + 1000}, std::vector<std::int64_t>{});
+          break;
+        case 1:
+          tree_->unlock(tree_->root(), tier::device);
+          tree_->unlock(node_ref{0, 1}, tier::device);
+          break;
+        case 2:
+          tree_->insert(tokens_t{1, 1}, std::vector<std::int64_t>{cfg_.capacity[0]});
+          break;
+        case 3:
+          tree_->complete(transfer_id{1'000'000'000});
+          break;
+        default:
+          tree_->evict(tier::device, -1);
+          break;
       }
     } catch (invalid_argument const&) {
       thrown = true;
@@ -669,11 +760,10 @@ TEST_CASE("hiradix_tree agrees with a reference model on random operation sequen
     m.run(24);
   }
   INFO("new pages " << cover.new_pages << ", matched tokens " << cover.matched_tokens << ", delay hits "
-                     << cover.delay_hits << ", locks " << cover.locks << ", commits " << cover.commits << ", aborts "
-                     << cover.aborts << ", evicted pages " << cover.evicted << ", demotions " << cover.demotions
-                     << ", completed " << cover.completes << ", cancelled " << cover.cancels << ", loads "
-                     << cover.loads << ", internal evictions " << cover.internal_evictions << ", remote evictions "
-                     << cover.remote);
+                    << cover.delay_hits << ", locks " << cover.locks << ", commits " << cover.commits << ", aborts "
+                    << cover.aborts << ", evicted pages " << cover.evicted << ", demotions " << cover.demotions
+                    << ", completed " << cover.completes << ", cancelled " << cover.cancels << ", loads " << cover.loads
+                    << ", internal evictions " << cover.internal_evictions << ", remote evictions " << cover.remote);
   if (sequences >= 10000) {  // every kind of step happened many times
     for (long c : {cover.new_pages, cover.matched_tokens, cover.delay_hits, cover.locks, cover.commits, cover.aborts,
                    cover.evicted, cover.demotions, cover.completes, cover.cancels, cover.loads,

@@ -59,7 +59,9 @@ struct fingerprint {
 fingerprint print_of(hiradix_tree const& t)
 {
   fingerprint f{t.stats(), t.node_count(), t.pending_transfers(), {}};
-  for (std::size_t i = 0; i < tier_count; ++i) { f.evictable[i] = t.has_tier(tier(i)) ? t.evictable_pages(tier(i)) : 0; }
+  for (std::size_t i = 0; i < tier_count; ++i) {
+    f.evictable[i] = t.has_tier(tier(i)) ? t.evictable_pages(tier(i)) : 0;
+  }
   return f;
 }
 
@@ -181,7 +183,7 @@ TEST_CASE("write policies: through, selective after k hits, back on eviction", "
     CHECK(copies[0].to == tier::host);
     CHECK(copies[0].from_pages == ids(0, 4));
     CHECK_FALSE(t.resident(copies[0].node, tier::host));  // not until the copy completes
-    CHECK(t.evictable_pages(tier::device) == 0);           // pinned by the copy
+    CHECK(t.evictable_pages(tier::device) == 0);          // pinned by the copy
     CHECK(t.complete(copies[0].id).empty());
     CHECK(t.resident(copies[0].node, tier::host));
     // Evicting from the device now just drops the device copy.
@@ -224,8 +226,7 @@ TEST_CASE("write policies: through, selective after k hits, back on eviction", "
   }
 }
 
-TEST_CASE("eviction takes least recently used leaves and spares locked, transient and pinned nodes",
-          "[cpu][hiradix]")
+TEST_CASE("eviction takes least recently used leaves and spares locked, transient and pinned nodes", "[cpu][hiradix]")
 {
   hiradix_tree t{small_config(write_policy::write_back)};
   tokens_t const a = seq(1000, 8), b = seq(2000, 8), c = seq(3000, 8);

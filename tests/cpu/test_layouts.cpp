@@ -48,8 +48,10 @@ TEST_CASE("page_first_chunked addresses records chunk by chunk", "[cpu][layout]"
   CHECK(l.page_data(3) == a.data());
   CHECK(l.block(4, 1, 1).data == a.data() + g.page_bytes() + 3 * g.block_bytes());
 
-  STRATA_REQUIRE_THROWS(invalid_argument, "7 pages do not fill 2 chunks of 3 pages", page_first_chunked(chunks, g, 3, 7));
-  STRATA_REQUIRE_THROWS(invalid_argument, "3 pages do not fill 2 chunks of 3 pages", page_first_chunked(chunks, g, 3, 3));
+  STRATA_REQUIRE_THROWS(invalid_argument, "7 pages do not fill 2 chunks of 3 pages",
+                        page_first_chunked(chunks, g, 3, 7));
+  STRATA_REQUIRE_THROWS(invalid_argument, "3 pages do not fill 2 chunks of 3 pages",
+                        page_first_chunked(chunks, g, 3, 3));
   STRATA_REQUIRE_THROWS(invalid_argument, "pages_per_chunk must be positive", page_first_chunked(chunks, g, 0, 1));
   STRATA_REQUIRE_THROWS(invalid_argument, "pointer table is empty",
                         page_first_chunked(std::span<std::byte* const>{}, g, 3, 1));

@@ -45,7 +45,9 @@ TEST_CASE("bad releases are rejected and change nothing", "[cpu][tier]")
   STRATA_REQUIRE_THROWS(strata::invalid_argument, "slot 6 is not allocated", a.release(not_allocated));
   STRATA_REQUIRE_THROWS(strata::invalid_argument, "slot 3 is not allocated", a.release(twice));
   CHECK(a.used() == 4);
-  for (auto x : s) { CHECK(a.is_allocated(x)); }
+  for (auto x : s) {
+    CHECK(a.is_allocated(x));
+  }
   STRATA_REQUIRE_THROWS(strata::invalid_argument, "slots asked must be positive", (void)a.allocate(0));
   STRATA_REQUIRE_THROWS(strata::invalid_argument, "capacity must be positive", slot_allocator{0});
 }
@@ -61,16 +63,22 @@ TEST_CASE("slot allocator matches a set model under random operations", "[cpu][t
       if (n > a.available()) {
         CHECK_THROWS_AS((void)a.allocate(n), strata::out_of_memory);
       } else {
-        for (auto s : a.allocate(n)) { REQUIRE(held.insert(s).second); }
+        for (auto s : a.allocate(n)) {
+          REQUIRE(held.insert(s).second);
+        }
       }
     } else if (!held.empty()) {
       std::vector<std::int64_t> v(held.begin(), held.end());
       std::shuffle(v.begin(), v.end(), rng);
       v.resize(std::min<std::size_t>(v.size(), rng() % 5 + 1));
       a.release(v);
-      for (auto s : v) { held.erase(s); }
+      for (auto s : v) {
+        held.erase(s);
+      }
     }
     REQUIRE(a.used() == static_cast<std::int64_t>(held.size()));
   }
-  for (std::int64_t s = 0; s < 64; ++s) { CHECK(a.is_allocated(s) == (held.count(s) == 1)); }
+  for (std::int64_t s = 0; s < 64; ++s) {
+    CHECK(a.is_allocated(s) == (held.count(s) == 1));
+  }
 }

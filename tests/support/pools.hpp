@@ -15,9 +15,10 @@ namespace strata::test {
 
 /// The layouts the Foundation issue names; `mla` is a one-plane, one-head `layer_first_table`.
 enum class layout_kind { layer_first, layer_first_table, page_first, page_first_chunked, vllm, hf, mla };
-inline constexpr layout_kind all_layout_kinds[] = {
-  layout_kind::layer_first, layout_kind::layer_first_table, layout_kind::page_first, layout_kind::page_first_chunked,
-  layout_kind::vllm,        layout_kind::hf,                layout_kind::mla};
+inline constexpr layout_kind all_layout_kinds[] = {layout_kind::layer_first, layout_kind::layer_first_table,
+                                                   layout_kind::page_first,  layout_kind::page_first_chunked,
+                                                   layout_kind::vllm,        layout_kind::hf,
+                                                   layout_kind::mla};
 
 inline char const* to_string(layout_kind k)
 {
@@ -60,7 +61,8 @@ struct pool {
 
 /// Offsets of `count` tensors of `bytes` each in one buffer, in a shuffled order with gaps between
 /// them, so that tests see tables whose entries are neither sorted nor adjacent. Returns the buffer size.
-inline std::int64_t carve(std::int64_t count, std::int64_t bytes, std::uint64_t seed, std::vector<std::int64_t>& offsets)
+inline std::int64_t carve(std::int64_t count, std::int64_t bytes, std::uint64_t seed,
+                          std::vector<std::int64_t>& offsets)
 {
   constexpr std::int64_t gap = 64;
   std::vector<std::int64_t> slot(static_cast<std::size_t>(count));
@@ -68,7 +70,9 @@ inline std::int64_t carve(std::int64_t count, std::int64_t bytes, std::uint64_t 
   std::mt19937_64 rng{seed};
   std::shuffle(slot.begin(), slot.end(), rng);
   offsets.clear();
-  for (auto s : slot) { offsets.push_back(s * (bytes + gap)); }
+  for (auto s : slot) {
+    offsets.push_back(s * (bytes + gap));
+  }
   return count * (bytes + gap);
 }
 
@@ -86,7 +90,9 @@ void with_pool(layout_kind k, kv_geometry const& g, std::int64_t pages, std::uin
   std::vector<std::int64_t> off;
   auto pointers = [&](Storage& s) {
     std::vector<std::byte*> out;
-    for (auto o : off) { out.push_back(s.data() + o); }
+    for (auto o : off) {
+      out.push_back(s.data() + o);
+    }
     return out;
   };
   switch (k) {
@@ -134,7 +140,7 @@ void with_pool(layout_kind k, kv_geometry const& g, std::int64_t pages, std::uin
       std::int64_t const batch = (pages + per_seq - 1) / per_seq;
       std::int64_t const capacity = per_seq * g.page_tokens;
       Storage s(static_cast<std::size_t>(
-        carve(g.layers * g.planes, batch * g.kv_heads * capacity * g.head_bytes(), seed, off)));
+          carve(g.layers * g.planes, batch * g.kv_heads * capacity * g.head_bytes(), seed, off)));
       auto const t = pointers(s);
       std::vector<std::byte*> keys, values;
       for (std::int64_t l = 0; l < g.layers; ++l) {

@@ -89,8 +89,8 @@ struct hiradix_config {
   /// host, file and remote capacities the tree allocates from (0: tier absent).
   std::array<std::int64_t, tier_count> capacity{0, 0, 0, 0};
   write_policy policy = write_policy::write_through_selective;  ///< device -> host backups
-  std::int64_t selective_hits = 2;         ///< hits before a selective backup
-  std::int64_t delay_hit_tokens = 64;      ///< shortest transient match reported as a delay hit
+  std::int64_t selective_hits = 2;                              ///< hits before a selective backup
+  std::int64_t delay_hit_tokens = 64;                           ///< shortest transient match reported as a delay hit
 };
 
 /// @brief What `match` found.
@@ -99,17 +99,20 @@ struct match_result {
   /// Of those, tokens resident in each tier (a page may be resident in several).
   std::array<std::int64_t, tier_count> tier_tokens{};
   std::int64_t device_prefix_tokens{};  ///< leading tokens resident on the device (no load needed)
-  node_ref node{};                      ///< deepest cached node of the prefix (the root if none)
-  std::int64_t transient_tokens{};      ///< tokens matched beyond `tokens` in a transient node
-  transient_state transient{};          ///< its state
-  request_id transient_owner{};         ///< the request that will compute it
-  bool delay_hit{};                     ///< `transient_tokens >= delay_hit_tokens`
+  /// Of `tokens`, those whose fastest tier is each tier: [device] need no load, the others are
+  /// what loading the prefix onto the device moves from each tier.
+  std::array<std::int64_t, tier_count> fastest_tokens{};
+  node_ref node{};                  ///< deepest cached node of the prefix (the root if none)
+  std::int64_t transient_tokens{};  ///< tokens matched beyond `tokens` in a transient node
+  transient_state transient{};      ///< its state
+  request_id transient_owner{};     ///< the request that will compute it
+  bool delay_hit{};                 ///< `transient_tokens >= delay_hit_tokens`
 };
 
 /// @brief What `insert` did.
 struct insert_result {
-  std::int64_t new_pages{};   ///< pages added to the tree or newly resident on the device
-  node_ref node{};            ///< deepest node holding the inserted prefix
+  std::int64_t new_pages{};  ///< pages added to the tree or newly resident on the device
+  node_ref node{};           ///< deepest node holding the inserted prefix
   /// The caller's device pages the tree did not take (already cached on the device, or past a
   /// prefix another request is computing): free them.
   std::vector<std::int64_t> unused_device_pages;
@@ -128,20 +131,20 @@ struct copy_order {
 
 /// @brief What `evict` did.
 struct eviction_result {
-  std::int64_t pages{};                ///< pages leaving the tier (now, or when their copy completes)
-  std::vector<std::int64_t> freed;     ///< page ids (remote: keys) of the tier free now
-  std::vector<copy_order> demotions;   ///< copies to run first; their sources are freed by `complete`
+  std::int64_t pages{};               ///< pages leaving the tier (now, or when their copy completes)
+  std::vector<std::int64_t> freed;    ///< page ids (remote: keys) of the tier free now
+  std::vector<copy_order> demotions;  ///< copies to run first; their sources are freed by `complete`
 };
 
 /// @brief Counters since construction.
 struct hiradix_stats {
-  std::array<std::int64_t, tier_count> hit_tokens{};   ///< matched tokens resident in each tier
-  std::int64_t matched_tokens{};                       ///< cached tokens matched
-  std::int64_t queried_tokens{};                       ///< whole-page tokens asked for
-  std::int64_t delay_hits{};                           ///< matches reported as delay hits
-  std::array<std::int64_t, tier_count> evicted_pages{};  ///< pages evicted from each tier
-  std::array<std::int64_t, tier_count> resident_pages{}; ///< pages resident in each tier now
-  std::array<std::int64_t, tier_count> resident_bytes{}; ///< the same in bytes (0 without page_bytes)
+  std::array<std::int64_t, tier_count> hit_tokens{};      ///< matched tokens resident in each tier
+  std::int64_t matched_tokens{};                          ///< cached tokens matched
+  std::int64_t queried_tokens{};                          ///< whole-page tokens asked for
+  std::int64_t delay_hits{};                              ///< matches reported as delay hits
+  std::array<std::int64_t, tier_count> evicted_pages{};   ///< pages evicted from each tier
+  std::array<std::int64_t, tier_count> resident_pages{};  ///< pages resident in each tier now
+  std::array<std::int64_t, tier_count> resident_bytes{};  ///< the same in bytes (0 without page_bytes)
 };
 
 /**
@@ -175,7 +178,9 @@ class hiradix_tree {
                    config.selective_hits);
     STRATA_EXPECTS(config.delay_hit_tokens >= 0, "hiradix_tree: delay_hit_tokens must not be negative, got ",
                    config.delay_hit_tokens);
-    for (std::size_t t = 0; t < 3; ++t) { owner_[t].assign(static_cast<std::size_t>(config.capacity[t]), 0); }
+    for (std::size_t t = 0; t < 3; ++t) {
+      owner_[t].assign(static_cast<std::size_t>(config.capacity[t]), 0);
+    }
     for (std::size_t t = 1; t < 3; ++t) {
       if (config.capacity[t] > 0) { slots_[t].emplace(config.capacity[t]); }
     }
@@ -230,6 +235,7 @@ class hiradix_tree {
       }
       device_run = device_run && m.resident[0];
       if (device_run) { r.device_prefix_tokens += m.pages() * config_.page_tokens; }
+      r.fastest_tokens[fastest_tier(m)] += m.pages() * config_.page_tokens;
       if (config_.policy == write_policy::write_through_selective && m.hits >= config_.selective_hits) { backup(n); }
       cur = n;
       p += k;
@@ -238,30 +244,56 @@ class hiradix_tree {
     r.tokens = p * config_.page_tokens;
     r.node = ref(cur);
     stats_.matched_tokens += r.tokens;
-    for (std::size_t t = 0; t < tier_count; ++t) { stats_.hit_tokens[t] += r.tier_tokens[t]; }
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      stats_.hit_tokens[t] += r.tier_tokens[t];
+    }
     if (r.delay_hit) { ++stats_.delay_hits; }
     return r;
   }
 
   /**
-   * @brief Tokens of the longest cached prefix of `tokens` (whole pages), without counting it as a
-   *        use or splitting anything: for routers and what-if questions.
+   * @brief What `match` would report, without counting it as a use or splitting anything: for
+   *        schedulers ranking many requests, routers and what-if questions. `node` is the deepest
+   *        node matched whole (the prefix may end inside its child).
    */
-  [[nodiscard]] std::int64_t peek(std::span<std::int32_t const> tokens) const
+  [[nodiscard]] match_result probe(std::span<std::int32_t const> tokens) const
   {
+    match_result r;
     std::int64_t const pages = whole_pages(tokens);
     std::uint32_t cur = 0;
     std::int64_t p = 0;
+    bool device_run = true;
     while (p < pages) {
       std::uint32_t const child = find_child(cur, tokens, p);
-      if (child == npos || nodes_[child].state != transient_state::none || !cached(nodes_[child])) { break; }
-      std::int64_t const k = common_pages(nodes_[child], tokens, p, pages);
+      if (child == npos) { break; }
+      node_data const& c = nodes_[child];
+      std::int64_t const k = common_pages(c, tokens, p, pages);
+      if (c.state != transient_state::none) {
+        r.transient_tokens = k * config_.page_tokens;
+        r.transient = c.state;
+        r.transient_owner = c.owner;
+        r.delay_hit = r.transient_tokens > 0 && r.transient_tokens >= config_.delay_hit_tokens;
+        break;
+      }
+      if (!cached(c)) { break; }
+      std::int64_t const t = k * config_.page_tokens;
+      for (std::size_t u = 0; u < tier_count; ++u) {
+        r.tier_tokens[u] += c.resident[u] ? t : 0;
+      }
+      device_run = device_run && c.resident[0];
+      if (device_run) { r.device_prefix_tokens += t; }
+      r.fastest_tokens[fastest_tier(c)] += t;
       p += k;
-      if (k < nodes_[child].pages()) { break; }
+      if (k < c.pages()) { break; }
       cur = child;
     }
-    return p * config_.page_tokens;
+    r.tokens = p * config_.page_tokens;
+    r.node = ref(cur);
+    return r;
   }
+
+  /// @brief `probe(tokens).tokens`: the longest cached prefix, without side effects.
+  [[nodiscard]] std::int64_t peek(std::span<std::int32_t const> tokens) const { return probe(tokens).tokens; }
 
   /**
    * @brief Page ids of tier `t` along the path root -> `node`, one per page, -1 where the page is
@@ -292,7 +324,9 @@ class hiradix_tree {
   {
     check(node);
     std::int64_t n = 0;
-    for (auto i : path_of(node.index)) { n += nodes_[i].pages(); }
+    for (auto i : path_of(node.index)) {
+      n += nodes_[i].pages();
+    }
     return n;
   }
 
@@ -313,10 +347,10 @@ class hiradix_tree {
   insert_result insert(std::span<std::int32_t const> tokens, std::span<std::int64_t const> device_pages)
   {
     std::int64_t const pages = whole_pages(tokens);
-    STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == pages, "hiradix_tree::insert: ",
-                   device_pages.size(), " device pages for ", pages, " whole pages of ", tokens.size(), " tokens");
-    std::vector<std::int64_t> const held = held_device_pages(tokens, pages);
-    check_new_device_pages(device_pages, "insert", held);
+    STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == pages,
+                   "hiradix_tree::insert: ", device_pages.size(), " device pages for ", pages, " whole pages of ",
+                   tokens.size(), " tokens");
+    check_new_device_pages(device_pages, "insert", &tokens);
     ++clock_;
     insert_result r;
     std::uint32_t cur = 0;
@@ -347,8 +381,10 @@ class hiradix_tree {
         r.new_pages += k;
         if (config_.policy == write_policy::write_through) { backup(n); }
       } else {
-        for (std::int64_t j = p; j < p + k; ++j) {  // the tree's own pages stay; other ids are duplicates
-          if (held[std::size_t(j)] != device_pages[std::size_t(j)]) { r.unused_device_pages.push_back(device_pages[std::size_t(j)]); }
+        auto const& mine = nodes_[n].tier_pages[0];
+        for (std::int64_t j = 0; j < k; ++j) {  // the tree's own pages stay; other ids are duplicates
+          std::int64_t const given = device_pages[std::size_t(p + j)];
+          if (mine.empty() || mine[std::size_t(j)] != given) { r.unused_device_pages.push_back(given); }
         }
       }
       cur = n;
@@ -396,7 +432,10 @@ class hiradix_tree {
    * @brief `in_queue` -> `in_flight` for `request`'s transient pages (its prefill has started).
    * @throw strata::invalid_argument for a request without transient pages
    */
-  void mark_in_flight(request_id request) { nodes_[transient_node(request, "mark_in_flight")].state = transient_state::in_flight; }
+  void mark_in_flight(request_id request)
+  {
+    nodes_[transient_node(request, "mark_in_flight")].state = transient_state::in_flight;
+  }
 
   /// @brief Transient pages of `request` (0 if none): how many device pages `commit` takes.
   [[nodiscard]] std::int64_t transient_pages(request_id request) const
@@ -416,9 +455,9 @@ class hiradix_tree {
   node_ref commit(request_id request, std::span<std::int64_t const> device_pages)
   {
     std::uint32_t const n = transient_node(request, "commit");
-    STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == nodes_[n].pages(), "hiradix_tree::commit: request ",
-                   request.value, " has ", nodes_[n].pages(), " transient pages, got ", device_pages.size(),
-                   " device pages");
+    STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == nodes_[n].pages(),
+                   "hiradix_tree::commit: request ", request.value, " has ", nodes_[n].pages(),
+                   " transient pages, got ", device_pages.size(), " device pages");
     check_new_device_pages(device_pages, "commit");
     ++clock_;
     transient_.erase(request);
@@ -492,7 +531,9 @@ class hiradix_tree {
   {
     check(node);
     std::int64_t need = 0;
-    for (auto i : path_of(node.index)) { need += loadable(i) ? nodes_[i].pages() : 0; }
+    for (auto i : path_of(node.index)) {
+      need += loadable(i) ? nodes_[i].pages() : 0;
+    }
     return need;
   }
 
@@ -514,7 +555,9 @@ class hiradix_tree {
     for (auto i : path_of(node.index)) {
       if (!loadable(i)) { continue; }
       std::size_t from = 1;
-      while (!nodes_[i].resident[from]) { ++from; }
+      while (!nodes_[i].resident[from]) {
+        ++from;
+      }
       auto const pages = device_pages.subspan(at, std::size_t(nodes_[i].pages()));
       at += pages.size();
       set_pages(i, tier::device, pages);
@@ -651,7 +694,9 @@ class hiradix_tree {
   [[nodiscard]] std::int64_t evictable_pages(tier t) const
   {
     std::int64_t n = 0;
-    for (auto const& [key, i] : lru_[std::size_t(t)]) { n += nodes_[i].pages(); }
+    for (auto const& [key, i] : lru_[std::size_t(t)]) {
+      n += nodes_[i].pages();
+    }
     return n;
   }
 
@@ -661,7 +706,9 @@ class hiradix_tree {
   [[nodiscard]] hiradix_stats stats() const
   {
     hiradix_stats s = stats_;
-    for (std::size_t t = 0; t < tier_count; ++t) { s.resident_bytes[t] = s.resident_pages[t] * config_.page_bytes; }
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      s.resident_bytes[t] = s.resident_pages[t] * config_.page_bytes;
+    }
     return s;
   }
   /// @brief Nodes alive, the root included.
@@ -684,11 +731,15 @@ class hiradix_tree {
     std::size_t b = nodes_.capacity() * sizeof(node_data) + free_nodes_.capacity() * sizeof(std::uint32_t);
     for (auto const& n : nodes_) {
       b += n.tokens.capacity() * sizeof(std::int32_t) + n.hashes.capacity() * sizeof(std::uint64_t);
-      for (auto const& v : n.tier_pages) { b += v.capacity() * sizeof(std::int32_t); }
+      for (auto const& v : n.tier_pages) {
+        b += v.capacity() * sizeof(std::int32_t);
+      }
       b += n.children.bucket_count() * sizeof(void*) + n.children.size() * 32;  // libstdc++ node: ~32 B
     }
-    for (auto const& o : owner_) { b += o.capacity() * sizeof(std::uint32_t); }
-    return b;
+    for (auto const& o : owner_) {
+      b += o.capacity() * sizeof(std::uint32_t);
+    }
+    return b + page_marks_.capacity() * sizeof(std::uint64_t);
   }
 
   /**
@@ -704,7 +755,9 @@ class hiradix_tree {
   {
     std::array<std::int64_t, tier_count> resident{};
     std::array<std::vector<std::uint32_t>, 3> seen;
-    for (std::size_t t = 0; t < 3; ++t) { seen[t].assign(owner_[t].size(), 0); }
+    for (std::size_t t = 0; t < 3; ++t) {
+      seen[t].assign(owner_[t].size(), 0);
+    }
     auto fail = [](std::uint32_t i, auto const&... what) {
       throw error(detail::concat("hiradix_tree invariant, node ", i, ": ", what...));
     };
@@ -717,7 +770,9 @@ class hiradix_tree {
       for (auto const& [key, first] : n.children) {
         for (std::uint32_t c = first; c != npos; c = nodes_[c].next_same_key) {
           if (nodes_[c].parent != i || !nodes_[c].alive) { fail(i, "child link"); }
-          for (std::size_t t = 0; t < tier_count; ++t) { children_resident[t] += nodes_[c].resident[t] ? 1 : 0; }
+          for (std::size_t t = 0; t < tier_count; ++t) {
+            children_resident[t] += nodes_[c].resident[t] ? 1 : 0;
+          }
         }
       }
       for (std::size_t t = 0; t < tier_count; ++t) {
@@ -726,7 +781,9 @@ class hiradix_tree {
         if (children_resident[t] != n.children_resident[t]) { fail(i, "resident-children count, tier ", t); }
         if (n.resident[t]) { resident[t] += n.pages(); }
         if (t < 3) {
-          if (!n.tier_pages[t].empty() && std::int64_t(n.tier_pages[t].size()) != n.pages()) { fail(i, "page table size"); }
+          if (!n.tier_pages[t].empty() && std::int64_t(n.tier_pages[t].size()) != n.pages()) {
+            fail(i, "page table size");
+          }
           if (n.resident[t] && n.tier_pages[t].empty()) { fail(i, "resident in tier ", t, " without pages"); }
           if (!n.resident[t] && !n.tier_pages[t].empty() && n.pins[t] == 0) { fail(i, "stray pages in tier ", t); }
           for (auto pg : n.tier_pages[t]) {
@@ -749,7 +806,9 @@ class hiradix_tree {
     }
     std::array<std::int64_t, tier_count> held{};
     for (std::uint32_t i = 1; i < nodes_.size(); ++i) {
-      for (std::size_t t = 0; t < tier_count; ++t) { held[t] += held_in(nodes_[i], t) ? nodes_[i].pages() : 0; }
+      for (std::size_t t = 0; t < tier_count; ++t) {
+        held[t] += held_in(nodes_[i], t) ? nodes_[i].pages() : 0;
+      }
     }
     if (held != held_) { throw error("hiradix_tree invariant: held (locked or pinned) page counts are stale"); }
     for (std::size_t t = 0; t < tier_count; ++t) {
@@ -758,7 +817,9 @@ class hiradix_tree {
                                    " != ", stats_.resident_pages[t]));
       }
       std::size_t members = 0;
-      for (auto const& n : nodes_) { members += n.alive && n.candidate[t] ? 1 : 0; }
+      for (auto const& n : nodes_) {
+        members += n.alive && n.candidate[t] ? 1 : 0;
+      }
       if (members != lru_[t].size()) { throw error(detail::concat("hiradix_tree invariant: LRU set size, tier ", t)); }
     }
     for (std::size_t t = 0; t < 3; ++t) {
@@ -768,7 +829,7 @@ class hiradix_tree {
         }
       }
       if (slots_[t] && slots_[t]->used() != std::int64_t(std::count_if(owner_[t].begin(), owner_[t].end(),
-                                                                        [](std::uint32_t o) { return o != 0; }))) {
+                                                                       [](std::uint32_t o) { return o != 0; }))) {
         throw error(detail::concat("hiradix_tree invariant: tier ", t, " slot allocator disagrees with the owners"));
       }
     }
@@ -844,7 +905,8 @@ class hiradix_tree {
   {
     return std::memcmp(a, b, static_cast<std::size_t>(pages * config_.page_tokens) * sizeof(std::int32_t)) == 0;
   }
-  [[nodiscard]] std::uint32_t find_child(std::uint32_t parent, std::span<std::int32_t const> tokens, std::int64_t p) const
+  [[nodiscard]] std::uint32_t find_child(std::uint32_t parent, std::span<std::int32_t const> tokens,
+                                         std::int64_t p) const
   {
     auto const& children = nodes_[parent].children;
     if (children.empty()) { return npos; }
@@ -865,8 +927,11 @@ class hiradix_tree {
     std::size_t const pt = static_cast<std::size_t>(config_.page_tokens);
     while (hi - lo > 1) {
       std::int64_t const mid = (lo + hi) / 2;
-      if (same_pages(c.tokens.data() + std::size_t(lo) * pt, page_at(tokens, p + lo), mid - lo)) { lo = mid; }
-      else { hi = mid; }
+      if (same_pages(c.tokens.data() + std::size_t(lo) * pt, page_at(tokens, p + lo), mid - lo)) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
     }
     return same_pages(c.tokens.data() + std::size_t(lo) * pt, page_at(tokens, p + lo), 1) ? lo + 1 : lo;
   }
@@ -881,11 +946,25 @@ class hiradix_tree {
   [[nodiscard]] std::vector<std::uint32_t> path_of(std::uint32_t i) const
   {
     std::vector<std::uint32_t> path;
-    for (; i != 0; i = nodes_[i].parent) { path.push_back(i); }
+    for (; i != 0; i = nodes_[i].parent) {
+      path.push_back(i);
+    }
     std::reverse(path.begin(), path.end());
     return path;
   }
-  static bool cached(node_data const& n) noexcept { return n.resident[0] || n.resident[1] || n.resident[2] || n.resident[3]; }
+  static bool cached(node_data const& n) noexcept
+  {
+    return n.resident[0] || n.resident[1] || n.resident[2] || n.resident[3];
+  }
+  /// The fastest tier holding a cached node (a load comes from there).
+  static std::size_t fastest_tier(node_data const& n) noexcept
+  {
+    std::size_t t = 0;
+    while (t + 1 < tier_count && !n.resident[t]) {
+      ++t;
+    }
+    return t;
+  }
   static bool has_pins(node_data const& n) noexcept { return n.pins[0] + n.pins[1] + n.pins[2] + n.pins[3] > 0; }
   [[nodiscard]] bool loadable(std::uint32_t i) const noexcept
   {
@@ -901,26 +980,49 @@ class hiradix_tree {
   }
   /// Rejects device ids out of range, repeated, or owned by the tree; `held[p]`, when given, is the
   /// id the tree holds at position p of the inserted path, which the caller may pass there.
+  /// Range, duplicates, and pages the tree owns: allowed only for `insert`, at the position of the
+  /// prompt's cached path (`insert_tokens`) where the tree holds that very page.
   void check_new_device_pages(std::span<std::int64_t const> pages, char const* what,
-                              std::span<std::int64_t const> held = {}) const
+                              std::span<std::int32_t const> const* insert_tokens = nullptr)
   {
-    std::vector<std::int64_t> sorted(pages.begin(), pages.end());
-    std::sort(sorted.begin(), sorted.end());
-    for (std::size_t k = 0; k < sorted.size(); ++k) {
-      auto const pg = sorted[k];
+    // Duplicates: one bit per device page, set while checking and cleared on the way out (also when
+    // a check throws), so the check is linear in the pages given, not in the pool.
+    if (page_marks_.empty()) { page_marks_.assign(std::size_t((config_.capacity[0] + 63) / 64), 0); }
+    struct clear_marks {
+      std::vector<std::uint64_t>& marks;
+      std::span<std::int64_t const> pages;
+      std::size_t set = 0;
+      ~clear_marks()
+      {
+        for (std::size_t k = 0; k < set; ++k) {
+          marks[std::size_t(pages[k]) >> 6] = 0;
+        }
+      }
+    } guard{page_marks_, pages};
+    for (std::size_t k = 0; k < pages.size(); ++k) {
+      auto const pg = pages[k];
       STRATA_EXPECTS(pg >= 0 && pg < config_.capacity[0], "hiradix_tree::", what, ": device page ", pg,
                      " out of range [0, ", config_.capacity[0], ")");
-      STRATA_EXPECTS(k == 0 || sorted[k - 1] != pg, "hiradix_tree::", what, ": device page ", pg, " given twice");
+      std::uint64_t& word = page_marks_[std::size_t(pg) >> 6];
+      std::uint64_t const bit = std::uint64_t{1} << (pg & 63);
+      STRATA_EXPECTS((word & bit) == 0, "hiradix_tree::", what, ": device page ", pg, " given twice");
+      word |= bit;
+      guard.set = k + 1;
     }
+    std::vector<std::int64_t> held;  // walked only when a page is owned: the common case has none
     for (std::size_t p = 0; p < pages.size(); ++p) {
+      if (owner_[0][std::size_t(pages[p])] == 0) { continue; }
+      if (held.empty() && insert_tokens != nullptr) {
+        held = held_device_pages(*insert_tokens, std::int64_t(pages.size()));
+      }
       bool const own_position = p < held.size() && held[p] == pages[p];
-      STRATA_EXPECTS(owner_[0][std::size_t(pages[p])] == 0 || own_position, "hiradix_tree::", what, ": device page ",
-                     pages[p], " is already owned by the tree");
+      STRATA_EXPECTS(own_position, "hiradix_tree::", what, ": device page ", pages[p], " is already owned by the tree");
     }
   }
   /// The device page the tree holds (or is loading) at each position of `tokens`' cached path; -1
   /// past it or where there is none. Read-only.
-  [[nodiscard]] std::vector<std::int64_t> held_device_pages(std::span<std::int32_t const> tokens, std::int64_t pages) const
+  [[nodiscard]] std::vector<std::int64_t> held_device_pages(std::span<std::int32_t const> tokens,
+                                                            std::int64_t pages) const
   {
     std::vector<std::int64_t> held(static_cast<std::size_t>(pages), -1);
     std::uint32_t cur = 0;
@@ -931,7 +1033,9 @@ class hiradix_tree {
       node_data const& c = nodes_[child];
       std::int64_t const k = common_pages(c, tokens, p, pages);
       if (!c.tier_pages[0].empty()) {
-        for (std::int64_t j = 0; j < k; ++j) { held[std::size_t(p + j)] = c.tier_pages[0][std::size_t(j)]; }
+        for (std::int64_t j = 0; j < k; ++j) {
+          held[std::size_t(p + j)] = c.tier_pages[0][std::size_t(j)];
+        }
       }
       if (k < c.pages()) { break; }
       cur = child;
@@ -966,7 +1070,9 @@ class hiradix_tree {
       it->second = child;
     }
     nodes_[child].parent = parent;
-    for (std::size_t t = 0; t < tier_count; ++t) { nodes_[parent].children_resident[t] += nodes_[child].resident[t]; }
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      nodes_[parent].children_resident[t] += nodes_[child].resident[t];
+    }
     refresh(parent);
   }
   void unlink_child(std::uint32_t parent, std::uint32_t child)
@@ -981,11 +1087,15 @@ class hiradix_tree {
       }
     } else {
       std::uint32_t c = it->second;
-      while (nodes_[c].next_same_key != child) { c = nodes_[c].next_same_key; }
+      while (nodes_[c].next_same_key != child) {
+        c = nodes_[c].next_same_key;
+      }
       nodes_[c].next_same_key = nodes_[child].next_same_key;
     }
     nodes_[child].next_same_key = npos;
-    for (std::size_t t = 0; t < tier_count; ++t) { nodes_[parent].children_resident[t] -= nodes_[child].resident[t]; }
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      nodes_[parent].children_resident[t] -= nodes_[child].resident[t];
+    }
     refresh(parent);
   }
   std::uint32_t add_node(std::uint32_t parent, std::span<std::int32_t const> tokens, std::int64_t p, std::int64_t end,
@@ -1012,7 +1122,9 @@ class hiradix_tree {
     std::uint32_t const top = new_node();
     std::uint32_t const parent = nodes_[i].parent;
     unaccount(i);
-    for (std::size_t t = 0; t < tier_count; ++t) { set_candidate(i, tier(t), false); }
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      set_candidate(i, tier(t), false);
+    }
     unlink_child(parent, i);
     node_data& n = nodes_[i];
     node_data& t = nodes_[top];
@@ -1026,7 +1138,9 @@ class hiradix_tree {
       if (n.tier_pages[tr].empty()) { continue; }
       t.tier_pages[tr].assign(n.tier_pages[tr].begin(), n.tier_pages[tr].begin() + std::ptrdiff_t(kk));
       n.tier_pages[tr].erase(n.tier_pages[tr].begin(), n.tier_pages[tr].begin() + std::ptrdiff_t(kk));
-      for (auto pg : t.tier_pages[tr]) { owner_[tr][std::size_t(pg)] = top + 1; }
+      for (auto pg : t.tier_pages[tr]) {
+        owner_[tr][std::size_t(pg)] = top + 1;
+      }
     }
     t.resident = n.resident;
     t.locks = n.locks;
@@ -1047,12 +1161,16 @@ class hiradix_tree {
   void remove_node(std::uint32_t i)
   {
     unaccount(i);
-    for (std::size_t t = 0; t < tier_count; ++t) { set_candidate(i, tier(t), false); }
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      set_candidate(i, tier(t), false);
+    }
     std::uint32_t const parent = nodes_[i].parent;
     unlink_child(parent, i);
     node_data& n = nodes_[i];
     for (std::size_t t = 0; t < 3; ++t) {
-      for (auto pg : n.tier_pages[t]) { owner_[t][std::size_t(pg)] = 0; }
+      for (auto pg : n.tier_pages[t]) {
+        owner_[t][std::size_t(pg)] = 0;
+      }
     }
     n.alive = false;
     n.tokens = {};
@@ -1069,7 +1187,9 @@ class hiradix_tree {
     if (t == tier::remote) { return; }
     auto& v = nodes_[i].tier_pages[std::size_t(t)];
     v.assign(pages.begin(), pages.end());
-    for (auto pg : v) { owner_[std::size_t(t)][std::size_t(pg)] = i + 1; }
+    for (auto pg : v) {
+      owner_[std::size_t(t)][std::size_t(pg)] = i + 1;
+    }
   }
   void make_resident(std::uint32_t i, tier t)
   {
@@ -1089,12 +1209,16 @@ class hiradix_tree {
     std::vector<std::int64_t> ids;
     if (t == tier::remote) {
       remote_used_ -= nodes_[i].pages();
-      for (std::int64_t k = 0; k < nodes_[i].pages(); ++k) { ids.push_back(remote_key(nodes_[i], k)); }
+      for (std::int64_t k = 0; k < nodes_[i].pages(); ++k) {
+        ids.push_back(remote_key(nodes_[i], k));
+      }
       return ids;
     }
     auto& v = nodes_[i].tier_pages[std::size_t(t)];
     ids.assign(v.begin(), v.end());
-    for (auto pg : v) { owner_[std::size_t(t)][std::size_t(pg)] = 0; }
+    for (auto pg : v) {
+      owner_[std::size_t(t)][std::size_t(pg)] = 0;
+    }
     if (slots_[std::size_t(t)]) { slots_[std::size_t(t)]->release(ids); }
     v.clear();
     return ids;
@@ -1163,13 +1287,17 @@ class hiradix_tree {
       if (remote_used_ + count > config_.capacity[3]) { return std::nullopt; }
       remote_used_ += count;
       std::vector<std::int64_t> keys;
-      for (std::int64_t k = 0; k < count; ++k) { keys.push_back(remote_key(nodes_[owner], k)); }
+      for (std::int64_t k = 0; k < count; ++k) {
+        keys.push_back(remote_key(nodes_[owner], k));
+      }
       return keys;
     }
     auto& slots = *slots_[std::size_t(t)];
     if (slots.available() < count) {
       eviction_result r = evict(t, count - slots.available());
-      for (auto& d : r.demotions) { queued_.push_back(std::move(d)); }
+      for (auto& d : r.demotions) {
+        queued_.push_back(std::move(d));
+      }
       if (!r.freed.empty()) { internal_.emplace_back(t, std::move(r.freed)); }
     }
     if (slots.available() < count) { return std::nullopt; }
@@ -1225,11 +1353,15 @@ class hiradix_tree {
   }
   void unaccount(std::uint32_t i) noexcept
   {
-    for (std::size_t t = 0; t < tier_count; ++t) { held_[t] -= held_in(nodes_[i], t) ? nodes_[i].pages() : 0; }
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      held_[t] -= held_in(nodes_[i], t) ? nodes_[i].pages() : 0;
+    }
   }
   void account(std::uint32_t i) noexcept
   {
-    for (std::size_t t = 0; t < tier_count; ++t) { held_[t] += held_in(nodes_[i], t) ? nodes_[i].pages() : 0; }
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      held_[t] += held_in(nodes_[i], t) ? nodes_[i].pages() : 0;
+    }
   }
 
   // -- eviction candidates: tier-leaves that are resident, unlocked, unpinned, permanent --
@@ -1261,7 +1393,9 @@ class hiradix_tree {
   void refresh(std::uint32_t i)
   {
     if (i == 0) { return; }
-    for (std::size_t t = 0; t < tier_count; ++t) { set_candidate(i, tier(t), evictable(i, tier(t))); }
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      set_candidate(i, tier(t), evictable(i, tier(t)));
+    }
   }
   void touch(std::uint32_t i)
   {
@@ -1273,6 +1407,7 @@ class hiradix_tree {
   std::vector<node_data> nodes_;
   std::vector<std::uint32_t> free_nodes_;
   std::array<std::vector<std::uint32_t>, 3> owner_;  // page id -> node index + 1 (0: free)
+  std::vector<std::uint64_t> page_marks_;            // scratch of check_new_device_pages: all zero between calls
   std::array<std::optional<slot_allocator>, 3> slots_;
   std::int64_t remote_used_{};
   std::array<std::set<std::pair<std::uint64_t, std::uint32_t>>, tier_count> lru_;

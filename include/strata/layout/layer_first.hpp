@@ -27,7 +27,7 @@ class layer_first : public detail::contiguous_pool {
    *        or a pool size that overflows 64 bits
    */
   layer_first(std::byte* base, kv_geometry const& geometry, std::int64_t num_pages)
-    : contiguous_pool{base, geometry, num_pages, name}
+      : contiguous_pool{base, geometry, num_pages, name}
   {
   }
 
@@ -36,8 +36,7 @@ class layer_first : public detail::contiguous_pool {
                                                    std::int64_t plane) const noexcept
   {
     auto const& g = geometry_;
-    return {base_ + ((layer * g.planes + plane) * num_pages_ + page) * g.block_bytes(), g.row_bytes(),
-            g.head_bytes()};
+    return {base_ + ((layer * g.planes + plane) * num_pages_ + page) * g.block_bytes(), g.row_bytes(), g.head_bytes()};
   }
 };
 static_assert(kv_layout<layer_first>);

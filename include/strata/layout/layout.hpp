@@ -130,7 +130,7 @@ class contiguous_pool {
 
  protected:
   contiguous_pool(std::byte* base, kv_geometry const& geometry, std::int64_t num_pages, char const* name)
-    : base_{base}, geometry_{geometry}, num_pages_{num_pages}
+      : base_{base}, geometry_{geometry}, num_pages_{num_pages}
   {
     geometry.validate();
     STRATA_EXPECTS(base != nullptr, name, ": base pointer is null");

@@ -27,7 +27,7 @@ class page_first : public detail::contiguous_pool {
    *        or a pool size that overflows 64 bits
    */
   page_first(std::byte* base, kv_geometry const& geometry, std::int64_t num_pages)
-    : contiguous_pool{base, geometry, num_pages, name}
+      : contiguous_pool{base, geometry, num_pages, name}
   {
   }
 
@@ -72,7 +72,7 @@ class page_first_chunked {
    */
   page_first_chunked(std::span<std::byte* const> chunks, kv_geometry const& geometry, std::int64_t pages_per_chunk,
                      std::int64_t num_pages)
-    : geometry_{geometry}, pages_per_chunk_{pages_per_chunk}, num_pages_{num_pages}
+      : geometry_{geometry}, pages_per_chunk_{pages_per_chunk}, num_pages_{num_pages}
   {
     geometry.validate();
     chunks_ = detail::pointer_table::from(chunks, name);

@@ -39,16 +39,16 @@ enum class deferral_reason {
 
 /// @brief One prefill (or one chunk of it) in a batch.
 struct prefill_item {
-  std::size_t index = 0;                          ///< position in the view's waiting list
-  request_id id{};                                ///< the request
-  std::int64_t chunk_tokens = 0;                  ///< tokens computed this round
-  std::int64_t context_tokens = 0;                ///< tokens before the chunk (cached or computed)
-  std::int64_t cached_tokens = 0;                 ///< prefix found cached (first chunk)
+  std::size_t index = 0;                              ///< position in the view's waiting list
+  request_id id{};                                    ///< the request
+  std::int64_t chunk_tokens = 0;                      ///< tokens computed this round
+  std::int64_t context_tokens = 0;                    ///< tokens before the chunk (cached or computed)
+  std::int64_t cached_tokens = 0;                     ///< prefix found cached (first chunk)
   std::array<std::int64_t, tier_count> load_pages{};  ///< pages to load from each tier (first chunk)
-  std::int64_t new_pages = 0;                     ///< device pages the request needs (first chunk)
-  bool first_chunk = false;                       ///< its loads run now
-  bool last_chunk = false;                        ///< its first token comes out of this batch
-  node_ref cached_node{};                         ///< deepest cached node (first chunk)
+  std::int64_t new_pages = 0;                         ///< device pages the request needs (first chunk)
+  bool first_chunk = false;                           ///< its loads run now
+  bool last_chunk = false;                            ///< its first token comes out of this batch
+  node_ref cached_node{};                             ///< deepest cached node (first chunk)
 };
 
 /// @brief A request passed over.
@@ -69,7 +69,9 @@ struct batch_plan {
   [[nodiscard]] std::int64_t tokens() const noexcept
   {
     std::int64_t n = 0;
-    for (auto const& p : prefills) { n += p.chunk_tokens; }
+    for (auto const& p : prefills) {
+      n += p.chunk_tokens;
+    }
     return n;
   }
 };
@@ -78,14 +80,14 @@ struct batch_plan {
  * @brief The state a strategy decides on. The engine (or the simulator) fills it each round.
  */
 struct scheduler_view {
-  std::span<waiting_request> waiting;  ///< in arrival order
-  hiradix_tree* tree = nullptr;        ///< the prefix index (strategies call `match`)
-  cost_model const* costs = nullptr;   ///< predictions
-  std::int64_t index_scale = 1;        ///< real tokens per index token (page_tokens when the index holds page ids)
-  std::int64_t page_tokens = 32;       ///< real tokens per page
-  std::int64_t token_budget = 8192;    ///< most tokens computed per batch
+  std::span<waiting_request> waiting;       ///< in arrival order
+  hiradix_tree* tree = nullptr;             ///< the prefix index (strategies call `match`)
+  cost_model const* costs = nullptr;        ///< predictions
+  std::int64_t index_scale = 1;             ///< real tokens per index token (page_tokens when the index holds page ids)
+  std::int64_t page_tokens = 32;            ///< real tokens per page
+  std::int64_t token_budget = 8192;         ///< most tokens computed per batch
   std::int64_t device_pages_available = 0;  ///< free device pages plus those eviction could free
-  std::int64_t running_sequences = 0;  ///< requests decoding
+  std::int64_t running_sequences = 0;       ///< requests decoding
   std::int64_t running_context_tokens = 0;  ///< their context
   std::int64_t running_max_remaining = 0;   ///< most decode steps any of them still needs
 };
@@ -96,10 +98,17 @@ struct scheduler_view {
  *        transient in the index (needed for delay hits).
  */
 template <class S>
-concept scheduler_strategy = requires(S& s, scheduler_view const& v) {
-  { s.schedule(v) } -> std::same_as<batch_plan>;
-  { S::name } -> std::convertible_to<char const*>;
-  { s.uses_transient_nodes() } -> std::convertible_to<bool>;
+concept scheduler_strategy = requires(S& s, scheduler_view const& v)
+{
+  {
+    s.schedule(v)
+    } -> std::same_as<batch_plan>;
+  {
+    S::name
+    } -> std::convertible_to<char const*>;
+  {
+    s.uses_transient_nodes()
+    } -> std::convertible_to<bool>;
 };
 
 namespace detail {
@@ -129,20 +138,15 @@ inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64
   it.last_chunk = it.cached_tokens + it.chunk_tokens == r.prompt_tokens;
   // Pages to bring onto the device, from the fastest lower tier holding each.
   std::int64_t const cached_pages = m.tokens * v.index_scale / v.page_tokens;
-  if (cached_pages > m.device_prefix_tokens * v.index_scale / v.page_tokens) {
-    std::array<std::vector<std::int64_t>, tier_count> pages;
-    for (std::size_t t = 0; t < tier_count; ++t) { pages[t] = v.tree->path_pages(m.node, tier(t)); }
-    for (std::size_t k = 0; k < pages[0].size(); ++k) {
-      if (pages[0][k] >= 0) { continue; }
-      std::size_t t = 1;
-      while (t < tier_count && pages[t][k] < 0) { ++t; }
-      if (t < tier_count) { ++it.load_pages[t]; }
-    }
+  for (std::size_t t = 1; t < tier_count; ++t) {
+    it.load_pages[t] = m.fastest_tokens[t] * v.index_scale / v.page_tokens;
   }
   std::int64_t const prompt_pages = (r.prompt_tokens + v.page_tokens - 1) / v.page_tokens;
   std::int64_t const output_pages = (r.output_tokens + v.page_tokens - 1) / v.page_tokens;
   std::int64_t loads = 0;
-  for (auto p : it.load_pages) { loads += p; }
+  for (auto p : it.load_pages) {
+    loads += p;
+  }
   it.new_pages = (prompt_pages - cached_pages) + loads + output_pages;
   return it;
 }
@@ -164,7 +168,9 @@ inline void add_item(scheduler_view const& v, batch_plan& plan, prefill_item con
   plan.prefills.push_back(it);
   budget -= it.chunk_tokens;
   memory -= it.first_chunk ? it.new_pages : 0;
-  for (std::size_t t = 0; t < tier_count; ++t) { loads[t] += it.first_chunk ? it.load_pages[t] : 0; }
+  for (std::size_t t = 0; t < tier_count; ++t) {
+    loads[t] += it.first_chunk ? it.load_pages[t] : 0;
+  }
   plan.predicted_compute_s += item_compute_s(v, it);
   plan.predicted_load_s = v.costs->load_s(loads);
 }

@@ -12,20 +12,25 @@ namespace strata {
 
 /// @brief Switches and limits of `strata_scheduler`.
 struct strata_options {
-  bool delay_hits = true;  ///< defer a request whose prefix another is computing; it runs as a hit
-  bool balance = true;     ///< pair load-heavy with compute-heavy requests so loads hide under compute
-  bool bubbles = true;     ///< run decode steps while a load-bound batch waits for its loads
+  bool delay_hits = true;     ///< defer a request whose prefix another is computing; it runs as a hit
+  bool balance = true;        ///< pair load-heavy with compute-heavy requests so loads hide under compute
+  bool bubbles = true;        ///< run decode steps while a load-bound batch waits for its loads
   int max_postponements = 2;  ///< rounds a load-heavy request may be passed over for balance
   std::size_t window = 128;   ///< oldest waiting requests considered per round
+  /// Longest queue ordered by cached prefix; beyond it, arrival order (longest_prefix's fallback,
+  /// so that what strata adds to longest_prefix is its three ideas only).
+  std::size_t max_sorted = 128;
   /// With balance on: prefills of at most this share of the token budget (hits and short prompts)
-  /// go before chunked prefills under way, using at most half the budget while long ones wait.
+  /// go before chunked prefills under way, using at most half the budget while long ones wait
+  /// (0: none do; balance is then load trimming alone).
   std::int64_t short_percent = 25;
 };
 
 /**
  * @brief The Strata strategy.
  *
- * Built on longest_prefix's order (SGLang's default), among the oldest `window` waiting requests:
+ * Built on longest_prefix's order (SGLang's default: longest cached prefix first, arrival order
+ * beyond `max_sorted` waiting), among the oldest `window` waiting requests:
  * - delay hits: a request whose prefix matches another request's transient prefix of at least the
  *   index's delay-hit threshold is deferred instead of computing the same prefix twice, and goes
  *   first in a later round, when it runs as a hit;
@@ -43,13 +48,16 @@ class strata_scheduler {
 
   /**
    * @param options switches and limits
-   * @throw strata::invalid_argument for a negative postponement limit or an empty window
+   * @throw strata::invalid_argument for a negative postponement limit, an empty window or a short
+   *        share outside [0, 100]
    */
   explicit strata_scheduler(strata_options options = {}) : options_{options}
   {
     STRATA_EXPECTS(options.max_postponements >= 0, "strata_scheduler: max_postponements must not be negative, got ",
                    options.max_postponements);
     STRATA_EXPECTS(options.window > 0, "strata_scheduler: window must be positive");
+    STRATA_EXPECTS(options.short_percent >= 0 && options.short_percent <= 100,
+                   "strata_scheduler: short_percent must be in [0, 100], got ", options.short_percent);
   }
 
   /// @brief The options.
@@ -63,15 +71,38 @@ class strata_scheduler {
     batch_plan plan;
     std::int64_t budget = v.token_budget, memory = v.device_pages_available;
     std::array<std::int64_t, tier_count> loads{};
-    // Candidates: the oldest `window` waiting requests; new ones matched once.
+    // Candidates: chunked prefills under way (they hold memory: always), and the oldest `window`
+    // new requests, probed (no side effects) and matched (a use of their prefix) only when they
+    // join the batch.
     std::vector<std::size_t> fresh, started;
     std::vector<match_result> matches(v.waiting.size());
-    for (std::size_t i = 0; i < v.waiting.size() && fresh.size() + started.size() < options_.window; ++i) {
+    for (std::size_t i = 0; i < v.waiting.size(); ++i) {
       if (v.waiting[i].started) {
         started.push_back(i);
-      } else {
+      } else if (fresh.size() < options_.window) {
         fresh.push_back(i);
-        matches[i] = v.tree->match(v.waiting[i].tokens);
+        matches[i] = v.tree->probe(v.waiting[i].tokens);
+      }
+    }
+    // A delay hit waits for the request computing its prefix: that request must be a candidate,
+    // even from outside the window (a younger request may own the prefix an older one needs), or
+    // a window full of delay hits would stall.
+    if (options_.delay_hits) {
+      std::vector<request_id> owners;
+      for (auto i : fresh) {
+        if (matches[i].delay_hit && matches[i].transient_owner != v.waiting[i].id) {
+          owners.push_back(matches[i].transient_owner);
+        }
+      }
+      for (auto const id : owners) {
+        for (std::size_t i = 0; i < v.waiting.size(); ++i) {
+          if (v.waiting[i].id != id) { continue; }
+          if (!v.waiting[i].started && std::find(fresh.begin(), fresh.end(), i) == fresh.end()) {
+            fresh.push_back(i);
+            matches[i] = v.tree->probe(v.waiting[i].tokens);
+          }
+          break;
+        }
       }
     }
     // Order: delay-hit deferrals (they now run as hits), then short prefills (hits and short
@@ -79,16 +110,20 @@ class strata_scheduler {
     std::int64_t const short_tokens = std::max<std::int64_t>(1, v.token_budget * options_.short_percent / 100);
     auto rank = [&](std::size_t i) {
       if (v.waiting[i].delay_hit_deferred) { return 0; }
-      std::int64_t const rest = v.waiting[i].prompt_tokens - std::min(matches[i].tokens * v.index_scale, v.waiting[i].prompt_tokens - 1);
-      return options_.balance && rest <= short_tokens ? 1 : 3;
+      std::int64_t const rest =
+          v.waiting[i].prompt_tokens - std::min(matches[i].tokens * v.index_scale, v.waiting[i].prompt_tokens - 1);
+      return options_.balance && options_.short_percent > 0 && rest <= short_tokens ? 1 : 3;
     };
+    bool const by_prefix = v.waiting.size() <= options_.max_sorted;
     std::stable_sort(fresh.begin(), fresh.end(), [&](std::size_t a, std::size_t b) {
       if (rank(a) != rank(b)) { return rank(a) < rank(b); }
-      return matches[a].tokens > matches[b].tokens;
+      return by_prefix && matches[a].tokens > matches[b].tokens;
     });
     std::vector<std::size_t> order;
     std::size_t f = 0;
-    while (f < fresh.size() && rank(fresh[f]) < 3) { order.push_back(fresh[f++]); }
+    while (f < fresh.size() && rank(fresh[f]) < 3) {
+      order.push_back(fresh[f++]);
+    }
     order.insert(order.end(), started.begin(), started.end());
     order.insert(order.end(), fresh.begin() + std::ptrdiff_t(f), fresh.end());
 
@@ -96,6 +131,7 @@ class strata_scheduler {
     std::int64_t const short_share = v.token_budget / 2;
     std::int64_t short_used = 0;
     bool memory_full = false;
+    std::vector<std::size_t> capped;
     for (std::size_t i : order) {
       waiting_request const& r = v.waiting[i];
       if (!r.started) {
@@ -112,12 +148,13 @@ class strata_scheduler {
         continue;
       }
       bool const is_short = !r.started && rank(i) < 3;
-      std::int64_t const cap = is_short && started.size() + (fresh.size() - f) > 0 ? std::min(budget, short_share - short_used) : budget;
+      std::int64_t const cap =
+          is_short && started.size() + (fresh.size() - f) > 0 ? std::min(budget, short_share - short_used) : budget;
       if (cap <= 0) {
-        plan.deferred.push_back({i, r.id, deferral_reason::budget, {}});
+        capped.push_back(i);  // may still get what the long ones leave
         continue;
       }
-      prefill_item const it = detail::size_item(v, i, cap, r.started ? nullptr : &matches[i]);
+      prefill_item const it = detail::size_item(v, i, cap);
       if (it.first_chunk && it.new_pages > memory) {
         memory_full = true;
         plan.deferred.push_back({i, r.id, deferral_reason::memory, {}});
@@ -126,15 +163,27 @@ class strata_scheduler {
       if (is_short) { short_used += it.chunk_tokens; }
       detail::add_item(v, plan, it, budget, memory, loads);
     }
+    // Budget the long ones left unused goes to the short ones that were capped.
+    for (std::size_t i : capped) {
+      waiting_request const& r = v.waiting[i];
+      prefill_item const it = budget > 0 && !memory_full ? detail::size_item(v, i, budget) : prefill_item{};
+      if (budget <= 0 || memory_full || it.new_pages > memory) {
+        memory_full = memory_full || (budget > 0 && it.new_pages > memory);
+        plan.deferred.push_back({i, r.id, budget <= 0 ? deferral_reason::budget : deferral_reason::memory, {}});
+        continue;
+      }
+      detail::add_item(v, plan, it, budget, memory, loads);
+    }
     if (options_.balance) { trim_loads(v, plan, loads); }
     // Bubble filling: decode steps in the stall of a load-bound batch.
     if (options_.bubbles && v.running_sequences > 0 && !plan.prefills.empty()) {
       double const compute = plan.predicted_compute_s * (1 + v.costs->io().prefill_slowdown);
       double const stall = plan.predicted_load_s - compute;
-      double const step = v.costs->decode_s(v.running_sequences, v.running_context_tokens) *
-                          (1 + v.costs->io().decode_slowdown);
+      double const step =
+          v.costs->decode_s(v.running_sequences, v.running_context_tokens) * (1 + v.costs->io().decode_slowdown);
       if (stall > 0 && step > 0) {
-        plan.bubble_decode_steps = std::min<std::int64_t>(static_cast<std::int64_t>(stall / step), v.running_max_remaining);
+        plan.bubble_decode_steps =
+            std::min<std::int64_t>(static_cast<std::int64_t>(stall / step), v.running_max_remaining);
       }
     }
     return plan;
@@ -162,7 +211,9 @@ class strata_scheduler {
       if (heavy <= 1 || victim == plan.prefills.size()) { return; }
       prefill_item const it = plan.prefills[victim];
       plan.prefills.erase(plan.prefills.begin() + std::ptrdiff_t(victim));
-      for (std::size_t t = 0; t < tier_count; ++t) { loads[t] -= it.load_pages[t]; }
+      for (std::size_t t = 0; t < tier_count; ++t) {
+        loads[t] -= it.load_pages[t];
+      }
       plan.predicted_compute_s -= detail::item_compute_s(v, it);
       plan.predicted_load_s = v.costs->load_s(loads);
       plan.deferred.push_back({it.index, it.id, deferral_reason::balance, {}});

@@ -6,8 +6,9 @@
  * One engine iteration is a prefill batch when one can be formed (its loads from lower tiers
  * overlapped layer by layer with its compute, or before it, as the transfer system does; decode
  * steps fill a load-bound batch's stall when the plan says so), else a decode step of the running
- * requests (SGLang's order; `decode_after_prefill` adds a decode step after every prefill batch). Backups and demotions run on their own links (device -> host is the other
- * direction of PCIe: it does not slow loads). Several engines behind a router share one clock.
+ * requests (SGLang's order; `decode_after_prefill` adds a decode step after every prefill batch). Backups and demotions
+ * run on their own links (device -> host is the other direction of PCIe: it does not slow loads). Several engines
+ * behind a router share one clock.
  */
 #pragma once
 
@@ -19,21 +20,23 @@
 #include <memory>
 #include <optional>
 #include <queue>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace strata::sim {
 
 /// @brief One engine instance's resources and limits.
 struct engine_config {
-  cost_model costs;                    ///< the clock: loads, prefill, decode
-  std::int64_t device_pages = 0;       ///< KV pages the GPU pool holds
-  std::int64_t host_pages = 0;         ///< host tier (0: none)
-  std::int64_t file_pages = 0;         ///< file tier (0: none)
-  std::int64_t remote_pages = 0;       ///< remote tier (0: none)
+  cost_model costs;                                   ///< the clock: loads, prefill, decode
+  std::int64_t device_pages = 0;                      ///< KV pages the GPU pool holds
+  std::int64_t host_pages = 0;                        ///< host tier (0: none)
+  std::int64_t file_pages = 0;                        ///< file tier (0: none)
+  std::int64_t remote_pages = 0;                      ///< remote tier (0: none)
   write_policy policy = write_policy::write_through;  ///< device -> host backups
-  std::int64_t token_budget = 8192;    ///< most prefill tokens per batch (longer prompts are chunked)
-  std::int64_t delay_hit_tokens = 64;  ///< shortest transient match that is a delay hit
+  std::int64_t token_budget = 8192;                   ///< most prefill tokens per batch (longer prompts are chunked)
+  std::int64_t delay_hit_tokens = 64;                 ///< shortest transient match that is a delay hit
   /// After each prefill batch, one decode step of the running requests (false: a decode step only
   /// when no prefill batch can be formed, as SGLang's scheduler does).
   bool decode_after_prefill = false;
@@ -60,11 +63,14 @@ struct request_record {
   std::int64_t prompt_tokens = 0;
   std::int64_t output_tokens = 0;
   std::array<std::int64_t, tier_count> cached_tokens{};  ///< prompt tokens found in each tier (fastest holding it)
-  std::int64_t computed_tokens = 0;   ///< prompt tokens prefilled
-  std::int64_t redundant_tokens = 0;  ///< computed, then found cached by another request's prefill
+  std::int64_t computed_tokens = 0;                      ///< prompt tokens prefilled
+  std::int64_t redundant_tokens = 0;                     ///< computed, then found cached by another request's prefill
   /// Computed, then found cached by an earlier turn's answer that finished meanwhile (multi-turn:
   /// the next turn raced the answer's caching; not a prefix two prefills computed together).
   std::int64_t answer_race_tokens = 0;
+  /// Of `redundant_tokens`, those in an overlap with another request's transient prefix shorter than
+  /// the delay-hit threshold (too short to be worth waiting for: not a delay hit).
+  std::int64_t short_overlap_tokens = 0;
   int deferrals = 0;
   int delay_hit_deferrals = 0;
   [[nodiscard]] bool served() const noexcept { return first_token_s >= 0; }
@@ -96,10 +102,14 @@ class engine {
    * @throw strata::invalid_argument for a bad configuration
    */
   engine(engine_config config, Strategy strategy, int instance = 0)
-    : config_{(config.validate(), config)}, strategy_{std::move(strategy)}, instance_{instance},
-      tree_{tree_config(config_)}
+      : config_{(config.validate(), config)},
+        strategy_{std::move(strategy)},
+        instance_{instance},
+        tree_{tree_config(config_)}
   {
-    for (std::int64_t p = config_.device_pages - 1; p >= 0; --p) { free_.push_back(p); }
+    for (std::int64_t p = config_.device_pages - 1; p >= 0; --p) {
+      free_.push_back(p);
+    }
   }
 
   /// @brief Virtual time of this engine.
@@ -113,25 +123,23 @@ class engine {
   /// @brief Time accounting.
   [[nodiscard]] engine_counters const& counters() const noexcept { return counters_; }
 
-  /// @brief A request arrives (the clock moves to its arrival if the engine was idle before it).
-  void arrive(sim_request const& r, request_record& rec)
+  /// @brief A request arrives at `at` (the clock moves there if the engine was idle before it).
+  void arrive(sim_request const& r, request_record& rec, double at)
   {
-    now_ = std::max(now_, r.arrival_s);
+    now_ = std::max(now_, at);
     auto a = std::make_unique<active>();
     a->req = &r;
     a->rec = &rec;
     a->tokens = r.pages();
     rec.id = r.id;
     rec.instance = instance_;
-    rec.arrival_s = r.arrival_s;
+    rec.arrival_s = at;
     rec.prompt_tokens = r.prompt_tokens;
     rec.output_tokens = r.output_tokens;
-    if (strategy_.uses_transient_nodes()) {
-      a->transient_pages = tree_.mark_in_queue(r.id, a->tokens);
-    }
+    if (strategy_.uses_transient_nodes()) { a->transient_pages = tree_.mark_in_queue(r.id, a->tokens); }
     waiting_request w;
     w.id = r.id;
-    w.arrival_s = r.arrival_s;
+    w.arrival_s = at;
     w.tokens = a->tokens;
     w.prompt_tokens = r.prompt_tokens;
     w.output_tokens = r.output_tokens;
@@ -180,13 +188,14 @@ class engine {
   struct active {
     sim_request const* req = nullptr;
     request_record* rec = nullptr;
-    page_ids tokens;                   // whole pages of the prompt
+    page_ids tokens;                     // whole pages of the prompt
     std::vector<std::int64_t> computed;  // device pages of the computed whole pages
     std::vector<std::int64_t> extra;     // pages the tree does not hold: uncached computed, partial tail, output
     node_ref node{};
     bool locked = false;
     std::int64_t cached_pages = 0;
     std::int64_t transient_pages = 0;
+    std::int64_t short_overlap = 0;  // pages of another request's transient prefix it shares, below the threshold
     std::int64_t remaining = 0;
     std::int64_t context = 0;
   };
@@ -240,7 +249,7 @@ class engine {
     for (auto const& o : orders) {
       double const bytes = double(o.from_pages.size()) * double(config_.costs.page_bytes());
       double const bw = o.to == tier::host ? config_.costs.io().backup_bytes_per_s
-                                            : config_.costs.io().load_bytes_per_s[std::size_t(o.to)];
+                                           : config_.costs.io().load_bytes_per_s[std::size_t(o.to)];
       double& link = link_free_[std::size_t(o.to)];
       double const start = std::max(now_, link);
       link = start + bytes / bw;
@@ -265,11 +274,13 @@ class engine {
     std::int64_t const to_load = tree_.pages_to_load(item.cached_node);
     std::int64_t const cached = tree_.path_length(item.cached_node);
     std::int64_t const computed = std::int64_t(a.tokens.size()) - cached;
-    std::int64_t const tail = (a.req->prompt_tokens + page_tokens() - 1) / page_tokens() - std::int64_t(a.tokens.size());
+    std::int64_t const tail =
+        (a.req->prompt_tokens + page_tokens() - 1) / page_tokens() - std::int64_t(a.tokens.size());
     std::int64_t const output = (a.req->output_tokens + page_tokens() - 1) / page_tokens();
     auto pages = allocate(to_load + computed + tail + output);
     if (!pages) { return false; }
-    for (auto const& o : tree_.load(item.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
+    for (auto const& o :
+         tree_.load(item.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
       loaded[std::size_t(o.from)] += std::int64_t(o.from_pages.size());
       a.rec->cached_tokens[std::size_t(o.from)] += std::int64_t(o.from_pages.size()) * page_tokens();
       loads.push_back(o.id);
@@ -280,6 +291,8 @@ class engine {
     a.extra.assign(pages->begin() + to_load + computed, pages->end());
     a.node = item.cached_node;
     a.locked = true;
+    match_result const overlap = tree_.probe(a.tokens);
+    a.short_overlap = overlap.transient_owner != a.req->id && !overlap.delay_hit ? overlap.transient_tokens : 0;
     if (a.transient_pages > 0) { tree_.mark_in_flight(a.req->id); }
     w.started = true;
     w.cached_tokens = item.cached_tokens;
@@ -287,7 +300,6 @@ class engine {
     w.delay_hit_deferred = false;
     return true;
   }
-
 
   /// Runs a batch; false if none of its requests could get device memory.
   bool run_prefill(batch_plan const& plan)
@@ -332,7 +344,9 @@ class engine {
     counters_.prefill_s += batch;
     ++counters_.prefill_batches;
     now_ += batch;
-    for (auto id : loads) { release(tree_.complete(id)); }
+    for (auto id : loads) {
+      release(tree_.complete(id));
+    }
     // Progress, first tokens, and the prompt's pages into the index.
     std::vector<std::size_t> done;
     for (auto const& item : ran) {
@@ -372,11 +386,14 @@ class engine {
     std::int64_t const duplicates = std::int64_t(r.unused_device_pages.size()) - beyond;
     if (duplicates > 0) {
       auto const held = tree_.path_pages(r.node, tier::device);
+      std::int64_t prefill_duplicates = 0;
       for (std::size_t p = std::size_t(a.cached_pages); p < held.size(); ++p) {
         if (held[p] == table[p]) { continue; }
         bool const answer = answer_pages_.count(a.tokens[p]) != 0;
-        (answer ? a.rec->answer_race_tokens : a.rec->redundant_tokens) += page_tokens();
+        (answer ? a.rec->answer_race_tokens : prefill_duplicates) += page_tokens();
       }
+      a.rec->redundant_tokens += prefill_duplicates;
+      a.rec->short_overlap_tokens += std::min(prefill_duplicates, a.short_overlap * page_tokens());
     }
     release({r.unused_device_pages.begin(), r.unused_device_pages.begin() + duplicates});
     std::vector<std::int64_t> kept(r.unused_device_pages.begin() + duplicates, r.unused_device_pages.end());
@@ -434,7 +451,9 @@ class engine {
       if (need <= extra.size()) {
         table.insert(table.end(), extra.begin(), extra.begin() + std::ptrdiff_t(need));
         table.resize(next.size());
-        for (std::size_t p = a.tokens.size(); p < next.size(); ++p) { answer_pages_.insert(next[p]); }
+        for (std::size_t p = a.tokens.size(); p < next.size(); ++p) {
+          answer_pages_.insert(next[p]);
+        }
         insert_result const r = tree_.insert(next, table);
         extra.erase(extra.begin(), extra.begin() + std::ptrdiff_t(need));
         extra.insert(extra.end(), r.unused_device_pages.begin(), r.unused_device_pages.end());
@@ -443,9 +462,14 @@ class engine {
     }
     tree_.unlock(a.node, tier::device);
     release(extra);
-    actives_done_.push_back(a.req->id);
+    finished_.push_back(a.req->id);
   }
 
+ public:
+  /// @brief Requests that finished since the last call (for closed-loop sessions).
+  [[nodiscard]] std::vector<request_id> take_finished() { return std::exchange(finished_, {}); }
+
+ private:
   /// Nothing can run and nothing will free memory: the oldest request that does not fit an empty
   /// pool is turned away.
   void reject_one(batch_plan const& plan)
@@ -461,6 +485,8 @@ class engine {
     if (waiting_[i].started) { return; }  // cannot happen: started requests hold their memory
     if (tree_.transient_pages(a.req->id) > 0) { tree_.abort(a.req->id); }
     a.rec->first_token_s = -1;
+    a.rec->finish_s = now_;  // a session's next turn still comes
+    finished_.push_back(a.req->id);
     ++counters_.rejected;
     waiting_.erase(waiting_.begin() + std::ptrdiff_t(i));
     waiting_active_.erase(waiting_active_.begin() + std::ptrdiff_t(i));
@@ -476,7 +502,7 @@ class engine {
   std::vector<active*> waiting_active_;
   std::vector<active*> running_;
   std::vector<std::unique_ptr<active>> actives_;
-  std::vector<request_id> actives_done_;
+  std::vector<request_id> finished_;
   std::priority_queue<pending_copy, std::vector<pending_copy>, std::greater<>> copies_;
   std::array<double, tier_count> link_free_{};
   std::unordered_set<std::int32_t> answer_pages_;  // page ids cached from answers (multi-turn)
@@ -486,9 +512,9 @@ class engine {
 /// @brief Outcome of a simulation.
 struct simulation_result {
   std::string strategy;
-  std::vector<request_record> records;   ///< by request, in arrival order
-  std::vector<engine_counters> counters; ///< by instance
-  double makespan_s = 0;                 ///< last event
+  std::vector<request_record> records;    ///< by request, in arrival order
+  std::vector<engine_counters> counters;  ///< by instance
+  double makespan_s = 0;                  ///< last event
 };
 
 /// @brief Prints a progress bar on stderr for long runs.
@@ -525,19 +551,36 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
   STRATA_EXPECTS(config.costs.page_tokens() == w.page_tokens, "simulate: the cost model's pages hold ",
                  config.costs.page_tokens(), " tokens, the workload's ", w.page_tokens);
   std::vector<std::unique_ptr<engine<Strategy>>> engines;
-  for (int i = 0; i < instances; ++i) { engines.push_back(std::make_unique<engine<Strategy>>(config, strategy, i)); }
+  for (int i = 0; i < instances; ++i) {
+    engines.push_back(std::make_unique<engine<Strategy>>(config, strategy, i));
+  }
   simulation_result result;
   result.strategy = Strategy::name;
   result.records.resize(w.requests.size());
   progress_bar bar{std::int64_t(w.requests.size()), show_progress};
-  std::size_t next = 0;
+  // Arrivals: requests without a predecessor at their time; a closed-loop turn a think time after
+  // its predecessor finishes.
+  std::unordered_map<std::uint64_t, std::size_t> index_of;
+  std::unordered_map<std::uint64_t, std::vector<std::size_t>> successors;
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    index_of.emplace(w.requests[i].id.value, i);
+    if (w.requests[i].after.value != 0) { successors[w.requests[i].after.value].push_back(i); }
+  }
+  using arrival = std::pair<double, std::size_t>;
+  std::priority_queue<arrival, std::vector<arrival>, std::greater<>> arrivals;
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    if (w.requests[i].after.value == 0) { arrivals.push({w.requests[i].arrival_s, i}); }
+  }
+  std::int64_t arrived = 0;
   for (;;) {
     engine<Strategy>* soonest = nullptr;
     for (auto& e : engines) {
       if (e->busy() && (soonest == nullptr || e->now() < soonest->now())) { soonest = e.get(); }
     }
-    if (next < w.requests.size() && (soonest == nullptr || w.requests[next].arrival_s <= soonest->now())) {
-      sim_request const& r = w.requests[next];
+    if (!arrivals.empty() && (soonest == nullptr || arrivals.top().first <= soonest->now())) {
+      auto const [at, i] = arrivals.top();
+      arrivals.pop();
+      sim_request const& r = w.requests[i];
       engine<Strategy>* target = engines[0].get();
       if (instances > 1) {
         page_ids const pages = r.pages();
@@ -550,14 +593,23 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
           }
         }
       }
-      target->arrive(r, result.records[next]);
-      ++next;
-      bar.update(std::int64_t(next));
+      target->arrive(r, result.records[i], at);
+      bar.update(++arrived);
       continue;
     }
     if (soonest == nullptr) { break; }
     soonest->step();
+    for (auto const id : soonest->take_finished()) {
+      auto const it = successors.find(id.value);
+      if (it == successors.end()) { continue; }
+      double const done = result.records[index_of.at(id.value)].finish_s;
+      for (auto const next : it->second) {
+        arrivals.push({done + w.requests[next].think_s, next});
+      }
+    }
   }
+  STRATA_EXPECTS(arrived == std::int64_t(w.requests.size()), "simulate: ", std::int64_t(w.requests.size()) - arrived,
+                 " requests never arrived: their predecessor is missing or was turned away");
   for (auto& e : engines) {
     result.counters.push_back(e->counters());
     result.makespan_s = std::max(result.makespan_s, e->now());

@@ -1,7 +1,7 @@
 /**
  * @file sim/plot.hpp
  * @brief Line charts written as PNG files, with no dependency: a raster canvas, a 3x5 pixel font,
- *        and an uncompressed (stored-deflate) PNG encoder.
+ *        and a PNG encoder (deflate with fixed Huffman codes, matching runs of equal pixels and rows).
  */
 #pragma once
 
@@ -36,7 +36,9 @@ class canvas {
   void rect(int x, int y, int w, int h, std::uint32_t color)
   {
     for (int j = y; j < y + h; ++j) {
-      for (int i = x; i < x + w; ++i) { pixel(i, j, color); }
+      for (int i = x; i < x + w; ++i) {
+        pixel(i, j, color);
+      }
     }
   }
   /// A line of width `thick` (Bresenham, squares at each step).
@@ -65,7 +67,7 @@ class canvas {
   static int text_width(std::string const& s, int scale = 2) { return int(s.size()) * 4 * scale - scale; }
 
   /**
-   * @brief Writes the image as a PNG (8-bit RGB, stored deflate blocks).
+   * @brief Writes the image as a PNG (8-bit RGB).
    * @throw strata::error when the file cannot be written
    */
   void write_png(std::string const& path) const
@@ -78,17 +80,7 @@ class canvas {
                  rgb_.begin() + std::ptrdiff_t(std::size_t(y + 1) * std::size_t(w_) * 3));
     }
     std::vector<std::uint8_t> z{0x78, 0x01};
-    for (std::size_t at = 0; at < raw.size() || at == 0; at += 65535) {
-      std::size_t const n = std::min<std::size_t>(65535, raw.size() - at);
-      bool const last = at + n >= raw.size();
-      z.push_back(last ? 1 : 0);
-      z.push_back(std::uint8_t(n));
-      z.push_back(std::uint8_t(n >> 8));
-      z.push_back(std::uint8_t(~n));
-      z.push_back(std::uint8_t(~n >> 8));
-      z.insert(z.end(), raw.begin() + std::ptrdiff_t(at), raw.begin() + std::ptrdiff_t(at + n));
-      if (last) { break; }
-    }
+    deflate_fixed(raw, std::size_t(w_) * 3 + 1, z);
     std::uint32_t a = 1, b = 0;
     for (auto v : raw) {
       a = (a + v) % 65521;
@@ -109,9 +101,90 @@ class canvas {
   }
 
  private:
+  /// Deflate with the fixed Huffman codes; matches at distance 3 (the pixel before) or one row up.
+  static void deflate_fixed(std::vector<std::uint8_t> const& in, std::size_t row, std::vector<std::uint8_t>& out)
+  {
+    std::uint32_t bits = 0;
+    int count = 0;
+    auto put = [&](std::uint32_t v, int n) {  // LSB first
+      bits |= v << count;
+      count += n;
+      while (count >= 8) {
+        out.push_back(std::uint8_t(bits));
+        bits >>= 8;
+        count -= 8;
+      }
+    };
+    auto huff = [&](std::uint32_t code, int n) {  // Huffman codes go most significant bit first
+      std::uint32_t r = 0;
+      for (int i = 0; i < n; ++i) {
+        r |= ((code >> i) & 1u) << (n - 1 - i);
+      }
+      put(r, n);
+    };
+    auto literal = [&](std::uint32_t v) {
+      if (v < 144) {
+        huff(0x30 + v, 8);
+      } else if (v < 256) {
+        huff(0x190 + v - 144, 9);
+      } else if (v < 280) {
+        huff(v - 256, 7);
+      } else {
+        huff(0xc0 + v - 280, 8);
+      }
+    };
+    static constexpr std::uint16_t len_base[] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
+                                                 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
+    static constexpr std::uint8_t len_extra[] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
+                                                 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
+    static constexpr std::uint16_t dist_base[] = {1,    2,    3,    4,    5,    7,    9,    13,    17,    25,
+                                                  33,   49,   65,   97,   129,  193,  257,  385,   513,   769,
+                                                  1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
+    static constexpr std::uint8_t dist_extra[] = {0, 0, 0, 0, 1, 1, 2, 2,  3,  3,  4,  4,  5,  5,  6,
+                                                  6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
+    put(1, 1);  // final block
+    put(1, 2);  // fixed Huffman codes
+    std::size_t i = 0;
+    while (i < in.size()) {
+      std::size_t best = 0, dist = 0;
+      for (std::size_t d : {std::size_t{3}, row}) {
+        if (d > i || d > 32768) { continue; }
+        std::size_t n = 0;
+        while (n < 258 && i + n < in.size() && in[i + n] == in[i + n - d]) {
+          ++n;
+        }
+        if (n > best) {
+          best = n;
+          dist = d;
+        }
+      }
+      if (best < 3) {
+        literal(in[i++]);
+        continue;
+      }
+      std::size_t c = 28;
+      while (len_base[c] > best) {
+        --c;
+      }
+      literal(257 + std::uint32_t(c));
+      put(std::uint32_t(best - len_base[c]), len_extra[c]);
+      std::size_t dc = 29;
+      while (dist_base[dc] > dist) {
+        --dc;
+      }
+      huff(std::uint32_t(dc), 5);
+      put(std::uint32_t(dist - dist_base[dc]), dist_extra[dc]);
+      i += best;
+    }
+    literal(256);
+    if (count > 0) { out.push_back(std::uint8_t(bits)); }
+  }
+
   static void put32(std::vector<std::uint8_t>& v, std::uint32_t x)
   {
-    for (int s = 24; s >= 0; s -= 8) { v.push_back(std::uint8_t(x >> s)); }
+    for (int s = 24; s >= 0; s -= 8) {
+      v.push_back(std::uint8_t(x >> s));
+    }
   }
   static std::uint32_t crc(std::vector<std::uint8_t> const& data)
   {
@@ -119,13 +192,17 @@ class canvas {
       std::array<std::uint32_t, 256> t{};
       for (std::uint32_t n = 0; n < 256; ++n) {
         std::uint32_t c = n;
-        for (int k = 0; k < 8; ++k) { c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1; }
+        for (int k = 0; k < 8; ++k) {
+          c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        }
         t[n] = c;
       }
       return t;
     }();
     std::uint32_t c = 0xffffffffu;
-    for (auto v : data) { c = table[(c ^ v) & 0xff] ^ (c >> 8); }
+    for (auto v : data) {
+      c = table[(c ^ v) & 0xff] ^ (c >> 8);
+    }
     return c ^ 0xffffffffu;
   }
   static void chunk(std::vector<std::uint8_t>& png, char const* type, std::vector<std::uint8_t> const& data)
@@ -141,14 +218,14 @@ class canvas {
     static std::array<std::uint8_t, 5> const blank{};
     static std::string const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,%-_()/:=+";
     static std::array<std::array<std::uint8_t, 5>, 47> const font{{
-      {2, 5, 7, 5, 5}, {6, 5, 6, 5, 6}, {3, 4, 4, 4, 3}, {6, 5, 5, 5, 6}, {7, 4, 6, 4, 7}, {7, 4, 6, 4, 4},
-      {3, 4, 5, 5, 3}, {5, 5, 7, 5, 5}, {7, 2, 2, 2, 7}, {1, 1, 1, 5, 2}, {5, 5, 6, 5, 5}, {4, 4, 4, 4, 7},
-      {5, 7, 7, 5, 5}, {6, 5, 5, 5, 5}, {2, 5, 5, 5, 2}, {6, 5, 6, 4, 4}, {2, 5, 5, 6, 3}, {6, 5, 6, 5, 5},
-      {3, 4, 2, 1, 6}, {7, 2, 2, 2, 2}, {5, 5, 5, 5, 7}, {5, 5, 5, 5, 2}, {5, 5, 7, 7, 5}, {5, 5, 2, 5, 5},
-      {5, 5, 2, 2, 2}, {7, 1, 2, 4, 7}, {7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {6, 1, 2, 4, 7}, {6, 1, 2, 1, 6},
-      {5, 5, 7, 1, 1}, {7, 4, 6, 1, 6}, {3, 4, 7, 5, 7}, {7, 1, 2, 2, 2}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 6},
-      {0, 0, 0, 0, 2}, {0, 0, 0, 2, 4}, {5, 1, 2, 4, 5}, {0, 0, 7, 0, 0}, {0, 0, 0, 0, 7}, {1, 2, 2, 2, 1},
-      {4, 2, 2, 2, 4}, {1, 1, 2, 4, 4}, {0, 2, 0, 2, 0}, {0, 7, 0, 7, 0}, {0, 2, 7, 2, 0},
+        {2, 5, 7, 5, 5}, {6, 5, 6, 5, 6}, {3, 4, 4, 4, 3}, {6, 5, 5, 5, 6}, {7, 4, 6, 4, 7}, {7, 4, 6, 4, 4},
+        {3, 4, 5, 5, 3}, {5, 5, 7, 5, 5}, {7, 2, 2, 2, 7}, {1, 1, 1, 5, 2}, {5, 5, 6, 5, 5}, {4, 4, 4, 4, 7},
+        {5, 7, 7, 5, 5}, {6, 5, 5, 5, 5}, {2, 5, 5, 5, 2}, {6, 5, 6, 4, 4}, {2, 5, 5, 6, 3}, {6, 5, 6, 5, 5},
+        {3, 4, 2, 1, 6}, {7, 2, 2, 2, 2}, {5, 5, 5, 5, 7}, {5, 5, 5, 5, 2}, {5, 5, 7, 7, 5}, {5, 5, 2, 5, 5},
+        {5, 5, 2, 2, 2}, {7, 1, 2, 4, 7}, {7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {6, 1, 2, 4, 7}, {6, 1, 2, 1, 6},
+        {5, 5, 7, 1, 1}, {7, 4, 6, 1, 6}, {3, 4, 7, 5, 7}, {7, 1, 2, 2, 2}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 6},
+        {0, 0, 0, 0, 2}, {0, 0, 0, 2, 4}, {5, 1, 2, 4, 5}, {0, 0, 7, 0, 0}, {0, 0, 0, 0, 7}, {1, 2, 2, 2, 1},
+        {4, 2, 2, 2, 4}, {1, 1, 2, 4, 4}, {0, 2, 0, 2, 0}, {0, 7, 0, 7, 0}, {0, 2, 7, 2, 0},
     }};
     char const u = (ch >= 'a' && ch <= 'z') ? char(ch - 'a' + 'A') : ch;
     auto const at = chars.find(u);
@@ -188,7 +265,9 @@ struct chart {
     if (!(x1 > x0)) { x1 = x0 + 1; }
     if (!(y1 > y0)) { y1 = y0 + 1; }
     y1 *= 1.05;
-    auto px = [&](double v) { return left + (right - left) * ((log_x ? std::log10(std::max(v, 1e-9)) : v) - x0) / (x1 - x0); };
+    auto px = [&](double v) {
+      return left + (right - left) * ((log_x ? std::log10(std::max(v, 1e-9)) : v) - x0) / (x1 - x0);
+    };
     auto py = [&](double v) { return bottom - (bottom - top) * (v - y0) / (y1 - y0); };
     c.text(x + (w - canvas::text_width(title)) / 2, y + 12, title, 0x000000);
     c.line(left, bottom, right, bottom, 0x000000);
@@ -208,7 +287,9 @@ struct chart {
     c.text(left + (right - left - canvas::text_width(x_label)) / 2, bottom + 32, x_label, 0x000000);
     c.text(x + 6, top - 22, y_label, 0x000000);
     for (auto const& s : lines) {
-      for (std::size_t i = 1; i < s.x.size(); ++i) { c.line(px(s.x[i - 1]), py(s.y[i - 1]), px(s.x[i]), py(s.y[i]), s.color, 2); }
+      for (std::size_t i = 1; i < s.x.size(); ++i) {
+        c.line(px(s.x[i - 1]), py(s.y[i - 1]), px(s.x[i]), py(s.y[i]), s.color, 2);
+      }
       if (s.x.size() == 1) { c.rect(int(px(s.x[0])) - 2, int(py(s.y[0])) - 2, 5, 5, s.color); }
     }
     int ly = top + 6;
@@ -223,9 +304,17 @@ struct chart {
   {
     char buf[32];
     double const a = std::abs(v);
-    if (a >= 1000) { std::snprintf(buf, sizeof buf, "%.0f", v); }
-    else if (a >= 10) { std::snprintf(buf, sizeof buf, "%.1f", v); }
-    else { std::snprintf(buf, sizeof buf, "%.2f", v); }
+    if (a >= 1000) {
+      std::snprintf(buf, sizeof buf, "%.0f", v);
+    } else if (a >= 10) {
+      std::snprintf(buf, sizeof buf, "%.1f", v);
+    } else if (a >= 0.1 || a == 0) {
+      std::snprintf(buf, sizeof buf, "%.2f", v);
+    } else if (a >= 0.001) {
+      std::snprintf(buf, sizeof buf, "%.3f", v);
+    } else {
+      std::snprintf(buf, sizeof buf, "%.0e", v);
+    }
     return buf;
   }
 };

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -37,6 +38,10 @@ struct sim_request {
   /// Page ids of prompt + output, when a later request (the next turn) reuses the answer: the
   /// engine caches them when the request finishes. Empty: the answer is not cached.
   std::shared_ptr<page_ids const> continuation;
+  /// Closed-loop sessions: when set, the request arrives `think_s` after request `after` finishes
+  /// (`arrival_s` is then only an estimate, used to order the workload).
+  request_id after{};
+  double think_s = 0;
 
   /// @brief The prompt's whole pages.
   [[nodiscard]] page_ids pages() const
@@ -62,7 +67,9 @@ class page_id_source {
   page_ids take(std::int64_t n)
   {
     page_ids v(static_cast<std::size_t>(n));
-    for (auto& x : v) { x = next_++; }
+    for (auto& x : v) {
+      x = next_++;
+    }
     return v;
   }
 
@@ -79,22 +86,24 @@ inline void finish(workload& w)
 {
   std::stable_sort(w.requests.begin(), w.requests.end(),
                    [](sim_request const& a, sim_request const& b) { return a.arrival_s < b.arrival_s; });
-  for (std::size_t i = 0; i < w.requests.size(); ++i) { w.requests[i].id = request_id{i + 1}; }
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    w.requests[i].id = request_id{i + 1};
+  }
 }
 }  // namespace detail
 
 /// @brief Parameters of `long_documents`.
 struct long_documents_options {
-  std::int64_t requests = 1000;     ///< questions in all
-  double rate = 1.0;                ///< requests per second (Poisson over visit bursts)
+  std::int64_t requests = 1000;  ///< questions in all
+  double rate = 1.0;             ///< requests per second (Poisson over visit bursts)
   std::uint64_t seed = 1;
   std::int64_t documents = 0;       ///< distinct documents (0: requests / 12, at least 8)
   std::int64_t min_tokens = 20000;  ///< document length range (LooGLE / NarrativeQA: 20K–100K)
   std::int64_t max_tokens = 100000;
-  double questions_per_visit = 4;   ///< mean questions asked together about one document
-  double burst_gap_s = 0.3;         ///< mean gap between questions of a visit
-  double zipf = 1.0;                ///< popularity skew of documents (revisits)
-  std::int64_t min_output = 8;      ///< answer length range: LooGLE / NarrativeQA answers are short
+  double questions_per_visit = 4;  ///< mean questions asked together about one document
+  double burst_gap_s = 0.3;        ///< mean gap between questions of a visit
+  double zipf = 1.0;               ///< popularity skew of documents (revisits)
+  std::int64_t min_output = 8;     ///< answer length range: LooGLE / NarrativeQA answers are short
   std::int64_t max_output = 64;
   std::int64_t page_tokens = 32;
 };
@@ -121,12 +130,15 @@ inline workload long_documents(long_documents_options const& o)
   std::vector<std::shared_ptr<page_ids const>> docs;
   std::vector<std::int64_t> doc_tokens;
   for (std::int64_t d = 0; d < n_docs; ++d) {
-    std::int64_t const pages = std::uniform_int_distribution<std::int64_t>{o.min_tokens, o.max_tokens}(rng) / o.page_tokens;
+    std::int64_t const pages =
+        std::uniform_int_distribution<std::int64_t>{o.min_tokens, o.max_tokens}(rng) / o.page_tokens;
     docs.push_back(std::make_shared<page_ids const>(ids.take(pages)));
     doc_tokens.push_back(pages * o.page_tokens);
   }
   std::vector<double> weights(static_cast<std::size_t>(n_docs));
-  for (std::size_t d = 0; d < weights.size(); ++d) { weights[d] = 1.0 / std::pow(double(d + 1), o.zipf); }
+  for (std::size_t d = 0; d < weights.size(); ++d) {
+    weights[d] = 1.0 / std::pow(double(d + 1), o.zipf);
+  }
   std::discrete_distribution<std::size_t> pick_doc{weights.begin(), weights.end()};
   double const visit_rate = o.rate / o.questions_per_visit;
   workload w{"long_documents", o.page_tokens, {}};
@@ -155,11 +167,11 @@ inline workload long_documents(long_documents_options const& o)
 /// @brief Parameters of `short_chat`.
 struct short_chat_options {
   std::int64_t requests = 5000;
-  double rate = 20;             ///< requests per second, Poisson
+  double rate = 20;  ///< requests per second, Poisson
   std::uint64_t seed = 1;
   std::int64_t system_prompts = 16;  ///< shared system prompts (100–600 tokens)
-  double mean_prompt = 680;     ///< mean prompt tokens (ShareGPT-like), system prompt included
-  double mean_output = 200;     ///< mean output tokens
+  double mean_prompt = 680;          ///< mean prompt tokens (ShareGPT-like), system prompt included
+  double mean_output = 200;          ///< mean output tokens
   std::int64_t page_tokens = 32;
 };
 
@@ -167,7 +179,7 @@ struct short_chat_options {
 inline workload short_chat(short_chat_options const& o)
 {
   STRATA_EXPECTS(o.requests > 0 && o.rate > 0 && o.system_prompts > 0 && o.mean_prompt > 0 && o.mean_output > 0 &&
-                   o.page_tokens > 0,
+                     o.page_tokens > 0,
                  "short_chat: requests, rate, system prompts, means and page size must be positive");
   std::mt19937_64 rng{o.seed};
   detail::page_id_source ids;
@@ -199,21 +211,23 @@ struct multi_turn_options {
   std::int64_t requests = 3000;  ///< turns in all
   double rate = 5;               ///< turns per second (sessions start as a Poisson process)
   std::uint64_t seed = 1;
-  double mean_turns = 5;         ///< turns per session
-  double think_s = 8;            ///< mean time between a turn's arrival and the next one's
-  double mean_message = 120;     ///< user tokens per turn
-  double mean_output = 180;      ///< answer tokens per turn
+  double mean_turns = 5;      ///< turns per session
+  double think_s = 8;         ///< mean time between a turn's arrival and the next one's
+  double mean_message = 120;  ///< user tokens per turn
+  double mean_output = 180;   ///< answer tokens per turn
   std::int64_t page_tokens = 32;
 };
 
 /**
  * @brief Multi-turn sessions with growing history: turn k's prompt is the session's system prompt,
  *        every earlier message and answer, and a new message; answers are cached when a turn ends.
+ *        Sessions start as a Poisson process; a later turn arrives a think time (exponential,
+ *        mean `think_s`) after the previous turn's answer is complete (closed loop).
  */
 inline workload multi_turn(multi_turn_options const& o)
 {
   STRATA_EXPECTS(o.requests > 0 && o.rate > 0 && o.mean_turns >= 1 && o.think_s >= 0 && o.mean_message > 0 &&
-                   o.mean_output > 0 && o.page_tokens > 0,
+                     o.mean_output > 0 && o.page_tokens > 0,
                  "multi_turn: requests, rate, turns, think time and sizes must be positive");
   std::mt19937_64 rng{o.seed};
   detail::page_id_source ids;
@@ -221,15 +235,19 @@ inline workload multi_turn(multi_turn_options const& o)
   workload w{"multi_turn", o.page_tokens, {}};
   double t = 0;
   double const session_rate = o.rate / o.mean_turns;
+  std::vector<std::pair<std::size_t, std::int64_t>> turn_of;  // (session, turn) of each request
   while (std::int64_t(w.requests.size()) < o.requests) {
     t += std::exponential_distribution<double>{session_rate}(rng);
     std::int64_t const turns = 1 + std::poisson_distribution<std::int64_t>{o.mean_turns - 1}(rng);
     auto history = system;  // whole pages only: a partial page is recomputed by the next turn
     std::int64_t history_tokens = std::int64_t(system->size()) * o.page_tokens;
     double at = t;
+    std::size_t const session = turn_of.empty() ? 0 : turn_of.back().first + 1;
     for (std::int64_t k = 0; k < turns && std::int64_t(w.requests.size()) < o.requests; ++k) {
       sim_request r;
       r.arrival_s = at;
+      r.think_s = k > 0 ? std::exponential_distribution<double>{1 / std::max(o.think_s, 1e-9)}(rng) : 0;
+      turn_of.emplace_back(session, k);
       r.shared = history;
       std::int64_t const message = detail::lognormal_tokens(rng, o.mean_message, 0.6, 4, 4000);
       r.own = ids.take(message / o.page_tokens);
@@ -245,10 +263,28 @@ inline workload multi_turn(multi_turn_options const& o)
       history = next_ptr;
       history_tokens = std::int64_t(history->size()) * o.page_tokens;
       w.requests.push_back(std::move(r));
-      at += std::exponential_distribution<double>{1 / std::max(o.think_s, 1e-9)}(rng);
+      at += o.think_s + 2.0;  // an estimate for ordering: the real arrival follows the previous answer
     }
   }
-  detail::finish(w);
+  // Order by estimated arrival, then chain each turn to the previous turn of its session.
+  std::vector<std::size_t> order(w.requests.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return w.requests[a].arrival_s < w.requests[b].arrival_s; });
+  std::vector<sim_request> sorted;
+  std::map<std::pair<std::size_t, std::int64_t>, request_id> id_of;
+  for (std::size_t n = 0; n < order.size(); ++n) {
+    sorted.push_back(std::move(w.requests[order[n]]));
+    sorted.back().id = request_id{n + 1};
+    id_of[turn_of[order[n]]] = sorted.back().id;
+  }
+  for (std::size_t n = 0; n < order.size(); ++n) {
+    auto const [session, k] = turn_of[order[n]];
+    if (k > 0) { sorted[n].after = id_of.at({session, k - 1}); }
+  }
+  w.requests = std::move(sorted);
   return w;
 }
 
@@ -280,7 +316,8 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
   };
   while (std::getline(in, line)) {
     ++line_no;
-    if (line.empty() || line[0] == '#' || (line_no == 1 && line.find("arrival") != std::string::npos && line[0] != '{')) {
+    if (line.empty() || line[0] == '#' ||
+        (line_no == 1 && line.find("arrival") != std::string::npos && line[0] != '{')) {
       continue;
     }
     sim_request r;
@@ -311,7 +348,9 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
           if (cell.find_first_not_of(" \t") != std::string::npos) { ids.push_back(std::stoll(cell)); }
         }
         if (pages) {
-          for (auto x : ids) { r.own.push_back(static_cast<std::int32_t>(x)); }
+          for (auto x : ids) {
+            r.own.push_back(static_cast<std::int32_t>(x));
+          }
           r.prompt_tokens = prompt >= 0 ? prompt : std::int64_t(ids.size()) * page_tokens;
         } else {
           r.own = hash_pages(ids);
@@ -320,16 +359,20 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
       } else {
         std::stringstream ss{line};
         std::string a, o, p, rest;
-        STRATA_EXPECTS(std::getline(ss, a, ',') && std::getline(ss, o, ',') && std::getline(ss, p, ','), "replay: ", path,
-                       ":", line_no, ": expected arrival_s,output_tokens,prompt_tokens,ids");
+        STRATA_EXPECTS(std::getline(ss, a, ',') && std::getline(ss, o, ',') && std::getline(ss, p, ','),
+                       "replay: ", path, ":", line_no, ": expected arrival_s,output_tokens,prompt_tokens,ids");
         std::getline(ss, rest);
         r.arrival_s = std::stod(a);
         r.output_tokens = std::stoll(o);
         prompt = std::stoll(p);
         std::stringstream is{rest};
-        for (std::int64_t x; is >> x;) { ids.push_back(x); }
+        for (std::int64_t x; is >> x;) {
+          ids.push_back(x);
+        }
         if (ids_are_pages) {
-          for (auto x : ids) { r.own.push_back(static_cast<std::int32_t>(x)); }
+          for (auto x : ids) {
+            r.own.push_back(static_cast<std::int32_t>(x));
+          }
         } else {
           r.own = hash_pages(ids);
         }

@@ -29,7 +29,9 @@ class slot_allocator {
   {
     STRATA_EXPECTS(capacity > 0, "slot_allocator: capacity must be positive, got ", capacity);
     free_.reserve(static_cast<std::size_t>(capacity));
-    for (std::int64_t s = capacity - 1; s >= 0; --s) { free_.push_back(s); }
+    for (std::int64_t s = capacity - 1; s >= 0; --s) {
+      free_.push_back(s);
+    }
   }
 
   /// @brief Slots in the store.
@@ -52,12 +54,14 @@ class slot_allocator {
   [[nodiscard]] std::vector<std::int64_t> allocate(std::int64_t n)
   {
     STRATA_EXPECTS(n > 0, "slot_allocator: slots asked must be positive, got ", n);
-    STRATA_EXPECTS_AS(out_of_memory, n <= available(), "slot_allocator: asked for ", n, " slots, ", available(),
-                      " of ", capacity(), " available");
+    STRATA_EXPECTS_AS(out_of_memory, n <= available(), "slot_allocator: asked for ", n, " slots, ", available(), " of ",
+                      capacity(), " available");
     std::vector<std::int64_t> out(free_.end() - n, free_.end());
     free_.resize(free_.size() - static_cast<std::size_t>(n));
     std::reverse(out.begin(), out.end());
-    for (auto s : out) { allocated_[static_cast<std::size_t>(s)] = true; }
+    for (auto s : out) {
+      allocated_[static_cast<std::size_t>(s)] = true;
+    }
     return out;
   }
 
@@ -72,13 +76,17 @@ class slot_allocator {
       auto const s = slots[i];
       bool const in_range = s >= 0 && s < capacity();
       if (!in_range || !allocated_[static_cast<std::size_t>(s)]) {
-        for (std::size_t j = 0; j < i; ++j) { allocated_[static_cast<std::size_t>(slots[j])] = true; }  // undo
+        for (std::size_t j = 0; j < i; ++j) {
+          allocated_[static_cast<std::size_t>(slots[j])] = true;
+        }  // undo
         STRATA_EXPECTS(in_range, "slot_allocator: slot ", s, " out of range [0, ", capacity(), ")");
         STRATA_EXPECTS(false, "slot_allocator: slot ", s, " is not allocated (released twice, or listed twice)");
       }
       allocated_[static_cast<std::size_t>(s)] = false;  // so that a repeat later in `slots` is caught
     }
-    for (auto s : slots) { free_.push_back(s); }
+    for (auto s : slots) {
+      free_.push_back(s);
+    }
   }
 
  private:

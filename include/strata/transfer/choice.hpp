@@ -47,7 +47,7 @@ struct transfer_option {
 struct transfer_situation {
   gpu_activity activity = gpu_activity::idle;  ///< what runs beside it
   double bytes = 0;                            ///< bytes to move
-  double compute_ms = 0;  ///< duration of the concurrent compute when alone (0 when idle)
+  double compute_ms = 0;                       ///< duration of the concurrent compute when alone (0 when idle)
   /// Milliseconds of delay each millisecond of the engine thread's CPU costs (1: the engine thread
   /// is on the critical path; 0: it has time to spare).
   double cpu_weight = 1;

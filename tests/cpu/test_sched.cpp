@@ -1,0 +1,325 @@
+// Cost model and scheduler strategies.
+#include "../support/catch.hpp"
+
+#include <strata/sched/baselines.hpp>
+#include <strata/sched/strata_scheduler.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <vector>
+
+using namespace strata;
+
+namespace {
+
+cost_model costs(io_costs io = h200::gpu_assisted_io()) { return h200::costs(models::llama31_8b, io); }
+
+std::vector<std::int32_t> pages(std::int32_t first, std::int64_t n)
+{
+  std::vector<std::int32_t> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+/// A tree holding page-id sequences, as the simulator's index does (one id per 32-token page).
+struct fixture {
+  cost_model c = costs();
+  hiradix_tree tree{[] {
+    hiradix_config h;
+    h.page_tokens = 1;
+    h.capacity = {100000, 100000, 0, 0};
+    h.policy = write_policy::write_back;
+    h.delay_hit_tokens = 2;
+    return h;
+  }()};
+  std::vector<std::vector<std::int32_t>> token_store;
+  std::vector<waiting_request> waiting;
+  std::int64_t next_page = 0;
+
+  /// Caches `seq` on the device (and, with `to_host`, moves it to the host).
+  void cache(std::vector<std::int32_t> const& seq, bool to_host)
+  {
+    std::vector<std::int64_t> ids(seq.size());
+    std::iota(ids.begin(), ids.end(), next_page);
+    next_page += std::int64_t(seq.size());
+    tree.insert(seq, ids);
+    if (to_host) {
+      auto const e = tree.evict(tier::device, std::int64_t(seq.size()));
+      for (auto const& d : e.demotions) {
+        tree.complete(d.id);
+      }
+    }
+  }
+  void wait(std::vector<std::int32_t> seq, std::int64_t prompt_tokens, double arrival = 0)
+  {
+    token_store.push_back(std::move(seq));
+    waiting_request w;
+    w.id = request_id{waiting.size() + 1};
+    w.arrival_s = arrival;
+    w.prompt_tokens = prompt_tokens;
+    w.output_tokens = 16;
+    waiting.push_back(w);
+  }
+  scheduler_view view(std::int64_t budget = 8192, std::int64_t running = 0)
+  {
+    for (std::size_t i = 0; i < waiting.size(); ++i) {
+      waiting[i].tokens = token_store[i];
+    }
+    scheduler_view v;
+    v.waiting = waiting;
+    v.tree = &tree;
+    v.costs = &c;
+    v.index_scale = 32;
+    v.page_tokens = 32;
+    v.token_budget = budget;
+    v.device_pages_available = 100000;
+    v.running_sequences = running;
+    v.running_context_tokens = running * 60000;
+    v.running_max_remaining = running > 0 ? 40 : 0;
+    return v;
+  }
+};
+
+std::vector<request_id> ids_of(batch_plan const& p)
+{
+  std::vector<request_id> out;
+  for (auto const& it : p.prefills) {
+    out.push_back(it.id);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the cost model predicts loads, prefill, decode and overlap", "[cpu][sched]")
+{
+  cost_model const c = costs();
+  CHECK(c.page_bytes() == 4 << 20);
+  CHECK(c.load_s({0, 256, 0, 0}) == Catch::Approx(20e-6 + 256.0 * (4 << 20) / 49.4e9));
+  CHECK(c.load_s({0, 0, 0, 0}) == 0);
+  CHECK(c.prefill_s(4096, 0) > 0.08);  // measured: GEMMs of 4,096 tokens in 75-78 ms, plus the rest
+  CHECK(c.prefill_s(4096, 0) < 0.11);
+  CHECK(c.prefill_s(1000, 50000) > c.prefill_s(1000, 0));  // attention grows with context
+  CHECK(c.decode_s(0, 0) == 0);
+  CHECK(c.decode_s(8, 8 * 1000) < c.decode_s(8, 8 * 60000));
+  // Layer-wise overlap: the longer of the two, plus a layer of the shorter; compute slowed 4.4%.
+  double const both = c.batch_s(0.100, 0.050);
+  CHECK(both == Catch::Approx(0.100 + 0.050 * 1.044 / 32));
+  CHECK(c.batch_s(0, 0.05) == 0.05);
+  cost_model const serial = costs(h200::per_block_dma_io());
+  CHECK(serial.batch_s(0.1, 0.05) == Catch::Approx(0.15));
+  // The other models scale by their size.
+  cost_model const big = h200::costs(models::llama31_70b, h200::gpu_assisted_io());
+  CHECK(big.prefill_s(1000, 0) > 5 * c.prefill_s(1000, 0));
+  CHECK(big.decode_s(1, 1000) > c.decode_s(1, 1000));
+  STRATA_REQUIRE_THROWS(invalid_argument, "no figures for DeepSeek", (void)h200::model_costs(models::deepseek_v3));
+}
+
+TEST_CASE("the cost model rejects bad parameters and calibrates from benchmark output", "[cpu][sched]")
+{
+  compute_costs cc = h200::model_costs(models::llama31_8b);
+  io_costs io = h200::gpu_assisted_io();
+  STRATA_REQUIRE_THROWS(invalid_argument, "page_bytes and page_tokens must be positive", cost_model(cc, io, 0, 32));
+  io_costs bad = io;
+  bad.load_bytes_per_s[2] = 0;
+  STRATA_REQUIRE_THROWS(invalid_argument, "load bandwidth from the file tier must be positive",
+                        cost_model(cc, bad, 1024, 32));
+  bad = io;
+  bad.prefill_slowdown = -0.1;
+  STRATA_REQUIRE_THROWS(invalid_argument, "must not be negative", cost_model(cc, bad, 1024, 32));
+  compute_costs zero = cc;
+  zero.layers = 0;
+  STRATA_REQUIRE_THROWS(invalid_argument, "layers must be positive", cost_model(zero, io, 1024, 32));
+
+  std::string const path = "strata_test_transfer.csv";
+  {
+    std::ofstream f{path};
+    f << "model,kv_heads,page_tokens,context,direction,backend,GBps,vs_contiguous\n"
+         "llama3.1-8b,8,32,8192,load,gpu_assisted/2,50.0,0.9\n"
+         "llama3.1-8b,8,32,8192,backup,gpu_assisted/2,40.0,0.8\n"
+         "llama3.1-8b,8,32,65536,load,gpu_assisted/2,52.0,0.9\n"
+         "llama3.1-8b,1,32,8192,load,gpu_assisted/2,20.0,0.4\n";
+  }
+  cost_model c = costs();
+  c.calibrate_from_csv(path, "gpu_assisted/2", 8, 32);
+  CHECK(c.io().load_bytes_per_s[1] == Catch::Approx(52e9));
+  CHECK(c.io().backup_bytes_per_s == Catch::Approx(40e9));
+  STRATA_REQUIRE_THROWS(invalid_argument, "no load and backup rows for staged",
+                        c.calibrate_from_csv(path, "staged", 8, 32));
+  STRATA_REQUIRE_THROWS(invalid_argument, "cannot read", c.calibrate_from_csv("no/such/file.csv", "x", 8, 32));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("fifo takes arrival order; longest_prefix the longest cached prefix", "[cpu][sched]")
+{
+  fixture f;
+  auto const doc = pages(1000, 100);
+  f.cache(doc, false);
+  f.wait(pages(1, 10), 10 * 32 + 5);  // a miss
+  auto hit = doc;
+  hit.push_back(7);
+  f.wait(hit, 101 * 32);  // a hit on 100 pages
+  auto const a = fifo{}.schedule(f.view());
+  CHECK(ids_of(a) == std::vector<request_id>{request_id{1}, request_id{2}});
+  auto const b = longest_prefix{}.schedule(f.view());
+  CHECK(ids_of(b) == std::vector<request_id>{request_id{2}, request_id{1}});
+  REQUIRE(b.prefills[0].cached_tokens == 100 * 32);
+  CHECK(b.prefills[0].chunk_tokens == 32);
+  // Over max_sorted waiting, longest_prefix falls back to arrival order, as SGLang does.
+  CHECK(ids_of(longest_prefix{.max_sorted = 1}.schedule(f.view())) == ids_of(a));
+}
+
+TEST_CASE("every strategy keeps to the token budget and the device memory", "[cpu][sched]")
+{
+  std::mt19937_64 rng{5};
+  for (int trial = 0; trial < 200; ++trial) {
+    fixture f;
+    int const docs = 1 + int(rng() % 4);
+    std::vector<std::vector<std::int32_t>> cached;
+    for (int d = 0; d < docs; ++d) {
+      cached.push_back(pages(100000 * (d + 1), 50 + std::int64_t(rng() % 500)));
+      f.cache(cached.back(), rng() % 2 == 0);
+    }
+    int const n = 1 + int(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      std::vector<std::int32_t> seq =
+          rng() % 3 == 0 ? pages(5000000 + 1000 * i, 1 + std::int64_t(rng() % 3000)) : cached[rng() % cached.size()];
+      seq.push_back(std::int32_t(9000000 + i));
+      f.wait(seq, std::int64_t(seq.size()) * 32 - std::int64_t(rng() % 31));
+      if (rng() % 4 == 0) {
+        f.waiting.back().started = true;
+        f.waiting.back().prefilled_tokens = f.waiting.back().prompt_tokens / 2;
+      }
+    }
+    std::int64_t const budget = 1 + std::int64_t(rng() % 16384);
+    auto v = f.view(budget, std::int64_t(rng() % 8));
+    v.device_pages_available = std::int64_t(rng() % 5000);
+    auto check = [&](batch_plan const& p, char const* name) {
+      INFO(name << " trial " << trial << " budget " << budget);
+      CHECK(p.tokens() <= budget);
+      std::int64_t mem = 0;
+      for (auto const& it : p.prefills) {
+        CHECK(it.chunk_tokens > 0);
+        mem += it.first_chunk ? it.new_pages : 0;
+      }
+      CHECK(mem <= v.device_pages_available);
+      std::vector<std::size_t> seen;  // no request both planned and deferred, none twice
+      for (auto const& it : p.prefills) {
+        seen.push_back(it.index);
+      }
+      for (auto const& d : p.deferred) {
+        seen.push_back(d.index);
+      }
+      std::sort(seen.begin(), seen.end());
+      CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+    };
+    check(fifo{}.schedule(v), "fifo");
+    check(longest_prefix{}.schedule(v), "longest_prefix");
+    check(strata_scheduler{}.schedule(v), "strata");
+  }
+}
+
+TEST_CASE("strata defers a request whose prefix another request is computing", "[cpu][sched]")
+{
+  fixture f;
+  auto const doc = pages(1000, 100);
+  auto q1 = doc, q2 = doc;
+  q1.push_back(1);
+  q2.push_back(2);
+  f.tree.mark_in_queue(request_id{1}, q1);
+  f.wait(q1, 101 * 32);
+  f.wait(q2, 101 * 32);
+  strata_scheduler const s;
+  CHECK(s.uses_transient_nodes());
+  auto const p = s.schedule(f.view());
+  CHECK(ids_of(p) == std::vector<request_id>{request_id{1}});
+  REQUIRE(p.deferred.size() == 1);
+  CHECK(p.deferred[0].reason == deferral_reason::delay_hit);
+  CHECK(p.deferred[0].waiting_for == request_id{1});
+  // Without delay hits it computes the prefix again; the baselines do so too.
+  CHECK(ids_of(strata_scheduler{{.delay_hits = false}}.schedule(f.view())).size() == 2);
+  CHECK(ids_of(longest_prefix{}.schedule(f.view())).size() == 2);
+  // Deferred for a delay hit, it goes first next round.
+  f.waiting[1].delay_hit_deferred = true;
+  f.tree.abort(request_id{1});
+  CHECK(ids_of(s.schedule(f.view())).front() == request_id{2});
+}
+
+TEST_CASE("strata puts hits before chunked prefills and trims loads the batch cannot hide", "[cpu][sched]")
+{
+  fixture f;
+  std::vector<std::vector<std::int32_t>> docs;
+  for (int d = 0; d < 3; ++d) {
+    docs.push_back(pages(1000 * (d + 1), 600));
+    f.cache(docs.back(), true);  // on the host: a load of 600 pages (2.4 GiB)
+  }
+  // A long prompt already chunking, and three host hits.
+  f.wait(pages(500000, 2000), 2000 * 32);
+  f.waiting[0].started = true;
+  f.waiting[0].prefilled_tokens = 8192;
+  for (auto const& d : docs) {
+    auto q = d;
+    q.push_back(std::int32_t(q.size()));
+    f.wait(q, std::int64_t(q.size()) * 32);
+  }
+  auto const lp = longest_prefix{}.schedule(f.view());
+  CHECK(ids_of(lp).front() == request_id{1});  // the chunk first, with the whole budget
+  CHECK(lp.prefills.front().chunk_tokens == 8192);
+  auto const st = strata_scheduler{}.schedule(f.view());
+  // Hits first; their loads (49 ms each) exceed their compute, the chunk's compute hides some.
+  REQUIRE(!st.prefills.empty());
+  CHECK(st.prefills.front().id != request_id{1});
+  CHECK(st.predicted_load_s <= st.predicted_compute_s + 0.06);
+  std::size_t trimmed = 0;
+  for (auto const& d : st.deferred) {
+    trimmed += d.reason == deferral_reason::balance;
+  }
+  CHECK(st.prefills.size() + trimmed == 4);
+  // A request passed over max_postponements times is not trimmed again.
+  for (auto& w : f.waiting) {
+    w.deferrals = 5;
+  }
+  CHECK(strata_scheduler{}.schedule(f.view()).prefills.size() == 4);
+  // Balance off: the longest_prefix order.
+  CHECK(ids_of(strata_scheduler{{.balance = false}}.schedule(f.view())).front() == request_id{1});
+  // No short share: the chunk goes first again, with the whole budget.
+  for (auto& w : f.waiting) {
+    w.deferrals = 0;
+  }
+  auto const trim_only = strata_scheduler{{.short_percent = 0}}.schedule(f.view());
+  REQUIRE(!trim_only.prefills.empty());
+  CHECK(trim_only.prefills.front().id == request_id{1});
+  CHECK(trim_only.prefills.front().chunk_tokens == 8192);
+}
+
+TEST_CASE("strata fills a load-bound batch's stall with decode steps", "[cpu][sched]")
+{
+  fixture f;
+  auto const doc = pages(1000, 800);
+  f.cache(doc, true);
+  auto q = doc;
+  q.push_back(1);
+  f.wait(q, 801 * 32);
+  auto const p = strata_scheduler{}.schedule(f.view(8192, 4));
+  REQUIRE(p.prefills.size() == 1);
+  CHECK(p.predicted_load_s > p.predicted_compute_s);
+  double const step = f.c.decode_s(4, 4 * 60000) * (1 + f.c.io().decode_slowdown);
+  CHECK(p.bubble_decode_steps ==
+        std::min<std::int64_t>(40, std::int64_t((p.predicted_load_s - p.predicted_compute_s * 1.044) / step)));
+  CHECK(p.bubble_decode_steps > 0);
+  CHECK(strata_scheduler{{.bubbles = false}}.schedule(f.view(8192, 4)).bubble_decode_steps == 0);
+  CHECK(strata_scheduler{}.schedule(f.view(8192, 0)).bubble_decode_steps == 0);  // nothing decoding
+}
+
+TEST_CASE("strata rejects bad options", "[cpu][sched]")
+{
+  STRATA_REQUIRE_THROWS(invalid_argument, "max_postponements must not be negative",
+                        strata_scheduler({.max_postponements = -1}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "window must be positive", strata_scheduler({.window = 0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "short_percent must be in [0, 100], got 101",
+                        strata_scheduler({.short_percent = 101}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "short_percent must be in [0, 100], got -1",
+                        strata_scheduler({.short_percent = -1}));
+}

@@ -1,0 +1,290 @@
+// Workloads, the engine simulator, and reports.
+#include "../support/catch.hpp"
+
+#include <strata/sched/baselines.hpp>
+#include <strata/sched/strata_scheduler.hpp>
+#include <strata/sim/report.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+
+using namespace strata;
+using namespace strata::sim;
+
+namespace {
+
+engine_config small_engine(io_costs io = h200::gpu_assisted_io())
+{
+  engine_config c;
+  c.costs = h200::costs(models::llama31_8b, io);
+  c.device_pages = 4096;
+  c.host_pages = 32768;
+  return c;
+}
+
+/// Two requests about one 40K-token document: the second arrives at `second_at`.
+workload two_on_one_document(double second_at)
+{
+  workload w{"two", 32, {}};
+  auto doc = std::make_shared<page_ids const>([] {
+    page_ids p(1250);
+    std::iota(p.begin(), p.end(), 1);
+    return p;
+  }());
+  for (int k = 0; k < 2; ++k) {
+    sim_request r;
+    r.arrival_s = k == 0 ? 0 : second_at;
+    r.shared = doc;
+    r.own = {std::int32_t(100000 + k)};
+    r.prompt_tokens = 1251 * 32 + 7;
+    r.output_tokens = 20;
+    r.id = request_id{std::uint64_t(k + 1)};
+    w.requests.push_back(r);
+  }
+  return w;
+}
+
+template <class S>
+std::int64_t redundant(simulation_result const& r)
+{
+  std::int64_t n = 0;
+  for (auto const& x : r.records) {
+    n += x.redundant_tokens;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("workload generators are seeded, sorted and consistent", "[cpu][sim]")
+{
+  auto const a = long_documents({.requests = 300, .rate = 2, .seed = 4});
+  auto const b = long_documents({.requests = 300, .rate = 2, .seed = 4});
+  auto const c = long_documents({.requests = 300, .rate = 2, .seed = 5});
+  REQUIRE(a.requests.size() == 300);
+  bool same = true, differs = false;
+  for (std::size_t i = 0; i < 300; ++i) {
+    same = same && a.requests[i].arrival_s == b.requests[i].arrival_s && a.requests[i].pages() == b.requests[i].pages();
+    differs = differs || a.requests[i].arrival_s != c.requests[i].arrival_s;
+  }
+  CHECK(same);
+  CHECK(differs);
+  for (auto const* w : {&a}) {
+    for (std::size_t i = 0; i < w->requests.size(); ++i) {
+      auto const& r = w->requests[i];
+      CHECK(r.id.value == i + 1);
+      if (i > 0) { CHECK(r.arrival_s >= w->requests[i - 1].arrival_s); }
+      CHECK(r.prompt_tokens >= std::int64_t(r.pages().size()) * 32);
+      CHECK(r.prompt_tokens < (std::int64_t(r.pages().size()) + 1) * 32);
+      CHECK(r.prompt_tokens >= 20000);
+      CHECK(r.output_tokens >= 8);
+    }
+  }
+  auto const chat = short_chat({.requests = 2000, .seed = 2});
+  double mean = 0;
+  for (auto const& r : chat.requests) {
+    mean += double(r.prompt_tokens);
+  }
+  mean /= 2000;
+  CHECK(mean > 500);
+  CHECK(mean < 900);  // ~680 tokens, ShareGPT-like
+  auto const turns = multi_turn({.requests = 500, .seed = 3});
+  std::size_t continued = 0;
+  for (auto const& r : turns.requests) {
+    if (r.continuation) {
+      ++continued;
+      auto const prompt = r.pages();
+      REQUIRE(r.continuation->size() >= prompt.size());
+      CHECK(std::equal(prompt.begin(), prompt.end(), r.continuation->begin()));  // history grows
+    }
+  }
+  CHECK(continued == 500);
+
+  STRATA_REQUIRE_THROWS(invalid_argument, "rate must be positive", long_documents({.rate = -1}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "requests must be positive", long_documents({.requests = 0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "bad token range", long_documents({.min_tokens = 10, .max_tokens = 5}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "must be positive", short_chat({.rate = 0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "must be positive", multi_turn({.mean_turns = 0.5}));
+}
+
+TEST_CASE("traces replay from CSV and JSON lines, and bad lines are named", "[cpu][sim]")
+{
+  {
+    std::ofstream f{"strata_trace.csv"};
+    f << "arrival_s,output_tokens,prompt_tokens,tokens\n";
+    f << "0.5,10,70,";
+    for (int t = 0; t < 70; ++t) {
+      f << ' ' << t;
+    }
+    f << "\n0.25,3,40,";
+    for (int t = 0; t < 40; ++t) {
+      f << ' ' << t;
+    }
+    f << "\n";
+  }
+  auto const w = replay("strata_trace.csv");
+  REQUIRE(w.requests.size() == 2);
+  CHECK(w.requests[0].arrival_s == 0.25);  // sorted
+  CHECK(w.requests[0].pages().size() == 1);
+  CHECK(w.requests[1].pages().size() == 2);
+  CHECK(w.requests[0].pages()[0] == w.requests[1].pages()[0]);  // equal first pages, equal ids
+  {
+    std::ofstream f{"strata_trace.jsonl"};
+    f << R"({"arrival": 1.5, "output_tokens": 64, "pages": [7, 8, 9], "prompt_tokens": 100})"
+      << "\n";
+    f << R"({"arrival": 2, "output_tokens": 8, "tokens": [1, 2, 3]})"
+      << "\n";
+  }
+  auto const j = replay("strata_trace.jsonl");
+  REQUIRE(j.requests.size() == 2);
+  CHECK(j.requests[0].own == page_ids{7, 8, 9});
+  CHECK(j.requests[0].prompt_tokens == 100);
+  CHECK(j.requests[1].own.empty());  // 3 tokens: no whole page
+  {
+    std::ofstream f{"strata_trace_bad.jsonl"};
+    f << R"({"arrival": 1, "output_tokens": 4, "tokens": [1]})"
+      << "\n";
+    f << R"({"arrival": 1, "tokens": [1]})"
+      << "\n";
+  }
+  STRATA_REQUIRE_THROWS(invalid_argument, "strata_trace_bad.jsonl:2: no \"output_tokens\"",
+                        replay("strata_trace_bad.jsonl"));
+  {
+    std::ofstream f{"strata_trace_bad.csv"};
+    f << "1.0,ten,5,1 2\n";
+  }
+  STRATA_REQUIRE_THROWS(invalid_argument, "strata_trace_bad.csv:1: cannot parse", replay("strata_trace_bad.csv"));
+  STRATA_REQUIRE_THROWS(invalid_argument, "cannot read", replay("no_such_trace.csv"));
+  for (char const* f : {"strata_trace.csv", "strata_trace.jsonl", "strata_trace_bad.jsonl", "strata_trace_bad.csv"}) {
+    std::remove(f);
+  }
+}
+
+TEST_CASE("delay-hit scenarios: strata never prefills a shared prefix twice", "[cpu][sim]")
+{
+  // Request 2 arrives while request 1's prefix is queued (same instant), in flight (during its
+  // ~3 s prefill), or committed (after it).
+  for (double second_at : {0.0, 1.0, 30.0}) {
+    INFO("second request at " << second_at << " s");
+    workload const w = two_on_one_document(second_at);
+    auto const st = simulate(w, small_engine(), strata_scheduler{});
+    auto const lp = simulate(w, small_engine(), longest_prefix{});
+    CHECK(redundant<strata_scheduler>(st) == 0);
+    CHECK(st.records[1].computed_tokens < 100);  // it ran as a hit
+    if (second_at < 30) {
+      CHECK(st.records[1].delay_hit_deferrals > 0);
+      CHECK(redundant<longest_prefix>(lp) > 0);  // the baseline computes the document twice
+      CHECK(st.records[1].ttft_s() <= lp.records[1].ttft_s());
+    } else {
+      CHECK(redundant<longest_prefix>(lp) == 0);
+      CHECK(st.records[1].cached_tokens[0] == 1250 * 32);
+    }
+  }
+}
+
+TEST_CASE("simulations conserve tokens and pages and are deterministic", "[cpu][sim]")
+{
+  auto const w = long_documents({.requests = 150, .rate = 2, .seed = 8, .documents = 12, .questions_per_visit = 1.5});
+  engine_config c = small_engine();
+  auto check = [&](auto strategy) {
+    auto const r1 = simulate(w, c, strategy);
+    auto const r2 = simulate(w, c, strategy);
+    INFO(r1.strategy);
+    for (std::size_t i = 0; i < r1.records.size(); ++i) {
+      auto const& x = r1.records[i];
+      REQUIRE(x.served());
+      CHECK(x.first_token_s >= x.arrival_s);
+      CHECK(x.finish_s >= x.first_token_s);
+      std::int64_t cached = 0;
+      for (auto t : x.cached_tokens) {
+        cached += t;
+      }
+      CHECK(cached + x.computed_tokens == x.prompt_tokens);  // every prompt token cached or computed once
+      CHECK(x.first_token_s == r2.records[i].first_token_s);
+    }
+    auto const s = summarize(r1);
+    CHECK(s.requests == 150);
+    CHECK(s.hit_rate[1] > 0);  // documents came back from the host
+    CHECK(s.ttft_p50 <= s.ttft_p90);
+    CHECK(s.ttft_p90 <= s.ttft_p99);
+  };
+  check(fifo{});
+  check(longest_prefix{});
+  check(strata_scheduler{});
+  // Transfer systems differ: per-block DMA without layer-wise overlap is slower.
+  auto const slow = summarize(simulate(w, small_engine(h200::per_block_dma_io()), fifo{}));
+  auto const fast = summarize(simulate(w, c, fifo{}));
+  CHECK(slow.ttft_mean > fast.ttft_mean);
+  CHECK(slow.io_stall_s > fast.io_stall_s);
+}
+
+TEST_CASE("a router sends a prompt to the instance that caches its prefix", "[cpu][sim]")
+{
+  auto const w = long_documents({.requests = 200, .rate = 3, .seed = 9, .documents = 8});
+  auto const one = simulate(w, small_engine(), strata_scheduler{}, 1);
+  auto const two = simulate(w, small_engine(), strata_scheduler{}, 2);
+  REQUIRE(two.counters.size() == 2);
+  int used = 0;
+  for (auto const& k : two.counters) {
+    used += k.prefill_batches > 0;
+  }
+  CHECK(used == 2);
+  CHECK(summarize(two).ttft_mean < summarize(one).ttft_mean);
+  // Requests on one document share an instance: they find its pages there.
+  CHECK(summarize(two).hit_rate[0] + summarize(two).hit_rate[1] > 0.8);
+  STRATA_REQUIRE_THROWS(invalid_argument, "instances must be positive", (void)simulate(w, small_engine(), fifo{}, 0));
+}
+
+TEST_CASE("bad simulator configurations are rejected", "[cpu][sim]")
+{
+  auto const w = two_on_one_document(0);
+  engine_config c = small_engine();
+  c.token_budget = 0;
+  STRATA_REQUIRE_THROWS(invalid_argument, "token_budget must be positive", (void)simulate(w, c, fifo{}));
+  c = small_engine();
+  c.device_pages = 0;
+  STRATA_REQUIRE_THROWS(invalid_argument, "device_pages must be positive", (void)simulate(w, c, fifo{}));
+  c = small_engine();
+  c.host_pages = -1;
+  STRATA_REQUIRE_THROWS(invalid_argument, "tier sizes must not be negative", (void)simulate(w, c, fifo{}));
+  workload other = w;
+  other.page_tokens = 16;
+  STRATA_REQUIRE_THROWS(invalid_argument, "the workload's 16", (void)simulate(other, small_engine(), fifo{}));
+  // A prompt larger than the device pool is turned away, not looped on.
+  c = small_engine();
+  c.device_pages = 1000;
+  auto const r = simulate(w, c, fifo{});
+  CHECK(summarize(r).rejected == 2);
+  CHECK_FALSE(r.records[0].served());
+}
+
+TEST_CASE("reports: percentiles, CSV, charts as PNG", "[cpu][sim]")
+{
+  CHECK(percentile({1, 2, 3, 4}, 50) == 2);
+  CHECK(percentile({1, 2, 3, 4}, 90) == 4);
+  CHECK(percentile({}, 50) == 0);
+  auto const w = two_on_one_document(0);
+  auto const r = simulate(w, small_engine(), strata_scheduler{});
+  write_requests_csv("strata_requests.csv", r);
+  std::ifstream in{"strata_requests.csv"};
+  std::string header, line;
+  std::getline(in, header);
+  CHECK(header.rfind("id,instance,arrival_s,first_token_s,ttft_s", 0) == 0);
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+  }
+  CHECK(lines == 2);
+  chart c{"TTFT", "S", "FRACTION", {ttft_cdf(r, "strata", palette[0])}, true};
+  write_charts_png("strata_plot.png", {c, c}, 2, 300, 200);
+  std::ifstream png{"strata_plot.png", std::ios::binary};
+  std::string const bytes{std::istreambuf_iterator<char>{png}, {}};
+  REQUIRE(bytes.size() > 100);
+  CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  CHECK(bytes.compare(12, 4, "IHDR") == 0);
+  CHECK(bytes.compare(bytes.size() - 12, 12, std::string("\0\0\0\0IEND\xae\x42\x60\x82", 12)) == 0);
+  std::remove("strata_requests.csv");
+  std::remove("strata_plot.png");
+}
