@@ -267,28 +267,44 @@ TEST_CASE("strata puts hits before chunked prefills and trims loads the batch ca
   auto const lp = longest_prefix{}.schedule(f.view());
   CHECK(ids_of(lp).front() == request_id{1});  // the chunk first, with the whole budget
   CHECK(lp.prefills.front().chunk_tokens == 8192);
-  auto const st = strata_scheduler{}.schedule(f.view());
-  // Hits first; their loads (49 ms each) exceed their compute, the chunk's compute hides some.
-  REQUIRE(!st.prefills.empty());
-  CHECK(st.prefills.front().id != request_id{1});
-  CHECK(st.predicted_load_s <= st.predicted_compute_s + 0.06);
-  std::size_t trimmed = 0;
-  for (auto const& d : st.deferred) {
-    trimmed += d.reason == deferral_reason::balance;
+  auto count_trimmed = [](batch_plan const& p) {
+    return std::count_if(p.deferred.begin(), p.deferred.end(),
+                         [](deferral const& d) { return d.reason == deferral_reason::balance; });
+  };
+  // By default no load is postponed: hits first, all of them, with the chunk.
+  auto const plain = strata_scheduler{}.schedule(f.view());
+  REQUIRE(plain.prefills.size() == 4);
+  CHECK(plain.prefills.front().id != request_id{1});
+  CHECK(count_trimmed(plain) == 0);
+  // The chunk's compute hides the three loads (49 ms each): nothing to trim even when allowed.
+  strata_options const trimming{.max_postponements = 2};
+  auto const st = strata_scheduler{trimming}.schedule(f.view());
+  CHECK(st.predicted_load_s <= st.predicted_compute_s);
+  CHECK(st.prefills.size() == 4);
+  CHECK(count_trimmed(st) == 0);
+  // Without the chunk the hits alone are load-bound: trimming keeps one and postpones the others.
+  fixture hits_only;
+  for (auto const& d : docs) {
+    hits_only.cache(d, true);
+    auto q = d;
+    q.push_back(std::int32_t(q.size()));
+    hits_only.wait(q, std::int64_t(q.size()) * 32);
   }
-  CHECK(st.prefills.size() + trimmed == 4);
+  auto const untrimmed = strata_scheduler{}.schedule(hits_only.view());
+  CHECK(untrimmed.prefills.size() == 3);
+  CHECK(untrimmed.predicted_load_s > untrimmed.predicted_compute_s);
+  auto const trimmed = strata_scheduler{trimming}.schedule(hits_only.view());
+  CHECK(trimmed.prefills.size() == 1);
+  CHECK(count_trimmed(trimmed) == 2);
   // A request passed over max_postponements times is not trimmed again.
-  for (auto& w : f.waiting) {
-    w.deferrals = 5;
+  for (auto& w : hits_only.waiting) {
+    w.deferrals = 2;
   }
-  CHECK(strata_scheduler{}.schedule(f.view()).prefills.size() == 4);
+  CHECK(strata_scheduler{trimming}.schedule(hits_only.view()).prefills.size() == 3);
   // Balance off: the longest_prefix order.
   CHECK(ids_of(strata_scheduler{{.balance = false}}.schedule(f.view())).front() == request_id{1});
   // No short share: the chunk goes first again, with the whole budget.
-  for (auto& w : f.waiting) {
-    w.deferrals = 0;
-  }
-  auto const trim_only = strata_scheduler{{.short_percent = 0}}.schedule(f.view());
+  auto const trim_only = strata_scheduler{{.max_postponements = 2, .short_percent = 0}}.schedule(f.view());
   REQUIRE(!trim_only.prefills.empty());
   CHECK(trim_only.prefills.front().id == request_id{1});
   CHECK(trim_only.prefills.front().chunk_tokens == 8192);
