@@ -151,15 +151,23 @@ engine_config engine_for(options const& o, io_costs const& io, std::string const
   return c;
 }
 
-workload make_workload(std::string const& name, std::int64_t requests, double rate, std::uint64_t seed)
+/// Documents and popularity of the long-document workload. The default is the acceptance regime:
+/// popularity flat enough that most requests find their document on the host, not the device.
+struct document_mix {
+  std::int64_t documents = 40;
+  double zipf = 0.3;
+};
+
+workload make_workload(std::string const& name, std::int64_t requests, double rate, std::uint64_t seed,
+                       document_mix mix = {})
 {
   if (name == "long_documents") {
     return long_documents({.requests = requests > 0 ? requests : 400,
                            .rate = rate > 0 ? rate : 1.5,
                            .seed = seed,
-                           .documents = 40,
+                           .documents = mix.documents,
                            .questions_per_visit = 1.5,
-                           .zipf = 0.8});
+                           .zipf = mix.zipf});
   }
   if (name == "short_chat") {
     return short_chat({.requests = requests > 0 ? requests : 4000, .rate = rate > 0 ? rate : 40, .seed = seed});
@@ -187,6 +195,7 @@ std::string ablation_label(strata_options const& so)
   if (!so.balance) { l += " -balance"; }
   if (!so.bubbles) { l += " -bubbles"; }
   if (so.balance && so.short_percent == 0) { l += " -short-first"; }
+  if (so.balance && so.max_postponements > 0) { l += " +load-trimming"; }
   return l;
 }
 
@@ -199,18 +208,72 @@ struct sweep_row {
   summary s;
 };
 
+/// Mean over seeds of one figure (a member pointer or a callable on the summary) for a workload, run and load.
+template <class Field>
 double mean_of(std::vector<sweep_row> const& rows, std::string const& w, std::string const& label, double load,
-               double summary::*field)
+               Field field)
 {
   double sum = 0;
   int n = 0;
   for (auto const& r : rows) {
     if (r.workload == w && r.label == label && std::abs(r.load - load) < 1e-9) {
-      sum += r.s.*field;
+      sum += double(std::invoke(field, r.s));
       ++n;
     }
   }
   return n > 0 ? sum / n : 0;
+}
+
+/**
+ * Saturating rate: the highest offered rate that longest_prefix keeps up with in steady state:
+ * requests finishing in the second half of the arrival window (up to the last open-loop arrival,
+ * i.e. the last session start for multi-turn) at >= 95% of the offered rate, by doubling from
+ * `start` and bisection. For open-loop arrivals this is "the backlog does not grow"; for closed-loop
+ * sessions, whose later turns slow down with the server, it is the throughput that stops following
+ * the offered rate.
+ */
+double find_saturating_rate(std::function<workload(double)> const& make, engine_config const& fast, double start,
+                            std::string const& name)
+{
+  auto keeps_up = [&](double rate) {
+    workload const trial = make(rate);
+    auto const r = run("longest_prefix", trial, fast, {}, 1, false);
+    double last_start = 0;
+    for (auto const& q : trial.requests) {
+      if (q.after == request_id{}) { last_start = std::max(last_start, q.arrival_s); }
+    }
+    std::int64_t finished = 0;
+    for (auto const& x : r.records) {
+      finished += x.finish_s >= last_start / 2 && x.finish_s <= last_start;
+    }
+    return double(finished) >= 0.95 * rate * (last_start / 2);
+  };
+  double lo = start, hi = start;
+  while (!keeps_up(lo)) {
+    lo /= 2;
+    if (lo < 1e-6) { throw std::runtime_error("simulate: " + name + " saturates at any rate"); }
+  }
+  while (keeps_up(hi)) {
+    hi *= 2;
+    if (hi > 1e6) { throw std::runtime_error("simulate: " + name + " never saturates"); }
+  }
+  for (int k = 0; k < 10; ++k) {
+    double const mid = std::sqrt(lo * hi);
+    (keeps_up(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+/// Requests that found most of their prompt on the host (more than on the device), as a share of those served.
+double host_tier_share(simulation_result const& r)
+{
+  std::int64_t host = 0, served = 0;
+  for (auto const& x : r.records) {
+    if (!x.served()) { continue; }
+    ++served;
+    host += x.cached_tokens[std::size_t(tier::host)] > x.cached_tokens[std::size_t(tier::device)];
+  }
+  return served > 0 ? double(host) / double(served) : 0;
 }
 
 int run_sweep(options const& o)
@@ -228,46 +291,29 @@ int run_sweep(options const& o)
   std::ostringstream notes;
   for (auto const& wname : workloads) {
     engine_config const fast = engine_for(o, h200::gpu_assisted_io(), wname);
-    // Saturating rate: the highest offered rate that longest_prefix keeps up with in steady state:
-    // requests finishing in the second half of the arrival window (up to the last open-loop arrival,
-    // i.e. the last session start for multi-turn) at >= 95% of the offered rate. For open-loop arrivals
-    // this is "the backlog does not grow"; for closed-loop sessions, whose later turns slow down with
-    // the server, it is the throughput that stops following the offered rate.
-    auto keeps_up = [&](double rate) {
-      workload const trial = make_workload(wname, sizes.at(wname), rate, 99);
-      auto const r = run("longest_prefix", trial, fast, {}, 1, false);
-      double last_start = 0;
-      for (auto const& q : trial.requests) {
-        if (q.after == request_id{}) { last_start = std::max(last_start, q.arrival_s); }
-      }
-      std::int64_t finished = 0;
-      for (auto const& x : r.records) {
-        finished += x.finish_s >= last_start / 2 && x.finish_s <= last_start;
-      }
-      return double(finished) >= 0.95 * rate * (last_start / 2);
+    // Each seed draws its own documents and sessions, so each has its own saturating rate.
+    auto saturating_rate = [&](std::uint64_t seed) {
+      return find_saturating_rate([&](double rate) { return make_workload(wname, sizes.at(wname), rate, seed); }, fast,
+                                  wname == "long_documents" ? 0.5
+                                  : wname == "short_chat"   ? 10.0
+                                                            : 3.0,
+                                  wname);
     };
-    double lo = wname == "long_documents" ? 0.5 : wname == "short_chat" ? 10.0 : 3.0, hi = lo;
-    while (!keeps_up(lo)) {
-      lo /= 2;
+    std::map<std::uint64_t, double> saturating;
+    notes << "- " << wname << ": saturating rate";
+    for (auto seed : seeds) {
+      saturating[seed] = saturating_rate(seed);
+      char rate_text[64];
+      std::snprintf(rate_text, sizeof rate_text, "%s %.3f (seed %llu)", seed == seeds.front() ? "" : ",",
+                    saturating[seed], (unsigned long long)seed);
+      notes << rate_text;
+      std::fprintf(stderr, "%s seed %llu: saturating rate %.3f requests/s\n", wname.c_str(), (unsigned long long)seed,
+                   saturating[seed]);
     }
-    while (keeps_up(hi)) {
-      hi *= 2;
-      if (hi > 1e6) { throw std::runtime_error("simulate: " + wname + " never saturates"); }
-    }
-    for (int k = 0; k < 10; ++k) {
-      double const mid = std::sqrt(lo * hi);
-      (keeps_up(mid) ? lo : hi) = mid;
-    }
-    double const saturating = lo;
-    char rate_text[32];
-    std::snprintf(rate_text, sizeof rate_text, "%.3f", saturating);
-    notes << "- " << wname << ": saturating rate " << rate_text
-          << " requests/s (the highest offered rate at which longest_prefix, on GPU-assisted I/O, finishes requests"
-             " at >= 95% of that rate over the second half of the arrival window; bisection)\n";
-    std::fprintf(stderr, "%s: saturating rate %.3f requests/s\n", wname.c_str(), saturating);
+    notes << " requests/s\n";
     for (double load : loads) {
       for (auto seed : seeds) {
-        workload const w = make_workload(wname, sizes.at(wname), load * saturating, seed);
+        workload const w = make_workload(wname, sizes.at(wname), load * saturating.at(seed), seed);
         auto add = [&](std::string label, simulation_result const& r) {
           rows.push_back({wname, label, load, seed, summarize(r, label)});
           bool const plotted = label.find(" -") == std::string::npos;  // ablations: tables only
@@ -287,7 +333,7 @@ int run_sweep(options const& o)
         for (int off = 0; off < 4; ++off) {
           strata_options so;
           if (off == 3) {
-            so.short_percent = 0;  // balance by load trimming only: no short prefills first
+            so.max_postponements = 2;  // balance also postpones load-heavy requests (off by default)
           } else {
             (off == 0 ? so.delay_hits : off == 1 ? so.balance : so.bubbles) = false;
           }
@@ -345,34 +391,11 @@ int run_sweep(options const& o)
             mean_of(rows, wname, l, load, &summary::ttft_p50), mean_of(rows, wname, l, load, &summary::ttft_p90),
             mean_of(rows, wname, l, load, &summary::ttft_p99),
             mean_of(rows, wname, l, load, &summary::throughput_tokens_s),
-            [&] {
-              double s = 0;
-              int n = 0;
-              for (auto const& r : rows) {
-                if (r.workload == wname && r.label == l && r.load == load) { s += double(r.s.redundant_tokens), ++n; }
-              }
-              return n ? s / n : 0.0;
-            }(),
-            [&] {
-              double s = 0;
-              int n = 0;
-              for (auto const& r : rows) {
-                if (r.workload == wname && r.label == l && r.load == load) {
-                  s += double(r.s.delay_hit_deferrals), ++n;
-                }
-              }
-              return n ? s / n : 0.0;
-            }(),
+            mean_of(rows, wname, l, load, &summary::redundant_tokens),
+            mean_of(rows, wname, l, load, &summary::delay_hit_deferrals),
             mean_of(rows, wname, l, load, &summary::io_stall_s),
             mean_of(rows, wname, l, load, &summary::bubble_filled_s),
-            [&] {
-              double s = 0;
-              int n = 0;
-              for (auto const& r : rows) {
-                if (r.workload == wname && r.label == l && r.load == load) { s += r.s.hit_rate[1], ++n; }
-              }
-              return n ? s / n : 0.0;
-            }());
+            mean_of(rows, wname, l, load, [](summary const& x) { return x.hit_rate[1]; }));
         md << buf;
       }
     }
@@ -444,6 +467,56 @@ int run_sweep(options const& o)
       lp80, st80, lp80 / st80, vl80, st80, vl80 / st80, (long long)short_overlaps, failures);
   md << buf;
   std::printf("%s", buf);
+  // The pooled means above weigh an overloaded seed heavily; the same ratios per seed.
+  std::string per_seed =
+      "- long_documents, 80% load, mean TTFT per seed (longest_prefix / strata; vLLM-like / strata):";
+  for (auto seed : seeds) {
+    auto at = [&](std::string const& l) {
+      for (auto const& r : rows) {
+        if (r.workload == "long_documents" && r.label == l && std::abs(r.load - 0.8) < 1e-9 && r.seed == seed) {
+          return r.s.ttft_mean;
+        }
+      }
+      return 0.0;
+    };
+    double const st = at("strata");
+    std::snprintf(buf, sizeof buf, "%s seed %llu: %.2fx; %.2fx", seed == seeds.front() ? "" : ",",
+                  (unsigned long long)seed, at("longest_prefix") / st, at("vLLM-like: per-block DMA + fifo") / st);
+    per_seed += buf;
+  }
+  per_seed += "\n";
+  md << per_seed;
+  std::printf("%s", per_seed.c_str());
+  // The 1.3x target is stated for the regime where loads are a large share of the work; the same
+  // comparison with other document mixes, each at 80% of its own saturating rate, shows how it moves.
+  md << "\n## Long documents: regime sensitivity (80% load)\n\n"
+        "Each document mix at 80% of its own saturating rate per seed; the first row is the sweep's. "
+        "Host-tier requests: the share of requests that found more of their prompt on the host than on "
+        "the device, under longest_prefix.\n\n"
+        "| documents | Zipf | host-tier requests | longest_prefix / strata mean TTFT, seeds 1 / 2 / 3 | pooled |\n"
+        "|---|---|---|---|---|\n";
+  engine_config const docs_engine = engine_for(o, h200::gpu_assisted_io(), "long_documents");
+  for (document_mix const mix :
+       {document_mix{}, document_mix{40, 0.5}, document_mix{40, 0.8}, document_mix{100, 0.5}}) {
+    double lp_sum = 0, st_sum = 0, share = 0;
+    std::string cells;
+    for (auto seed : seeds) {
+      auto make = [&](double rate) {
+        return make_workload("long_documents", sizes.at("long_documents"), rate, seed, mix);
+      };
+      workload const w = make(0.8 * find_saturating_rate(make, docs_engine, 0.5, "long_documents"));
+      auto const lp = run("longest_prefix", w, docs_engine, {}, 1, false);
+      double const a = summarize(lp, "").ttft_mean,
+                   b = summarize(run("strata", w, docs_engine, {}, 1, false), "").ttft_mean;
+      lp_sum += a, st_sum += b, share += host_tier_share(lp) / double(seeds.size());
+      std::snprintf(buf, sizeof buf, "%s%.2fx", cells.empty() ? "" : " / ", a / b);
+      cells += buf;
+    }
+    std::snprintf(buf, sizeof buf, "| %lld | %.1f | %.0f%% | %s | %.2fx |\n", (long long)mix.documents, mix.zipf,
+                  100 * share, cells.c_str(), lp_sum / st_sum);
+    md << buf;
+    std::printf("document mix %lld/%.1f: %s", (long long)mix.documents, mix.zipf, buf);
+  }
   std::ofstream csv{dir + "/sweep.csv"};
   csv << "workload,run,load,seed,ttft_mean,ttft_p50,ttft_p90,ttft_p99,tokens_per_s,redundant_tokens,delay_hit_"
          "deferrals,"
