@@ -1,0 +1,182 @@
+/**
+ * @file transfer/sm_partition.cuh
+ * @brief Green contexts: the device's SMs split into a partition for strata's copy kernels and one
+ *        for the engine's kernels, each with its own stream.
+ *
+ * The other way to keep copies and compute apart is the SM count target (`sms_left_for_compute` ->
+ * `cublasSetSmCountTarget`): the copy kernels take their CTAs' SMs and the engine sizes its grids to
+ * the rest. A partition enforces it for every kernel, the engine's own included, at the driver's
+ * granularity (on sm_90 the driver may round a partition up, see `copy_sms()`).
+ */
+#pragma once
+
+#include <strata/detail/cuda.cuh>
+
+#include <cuda.h>  // types only: the driver entry points are resolved at run time, not linked
+
+#include <type_traits>
+
+namespace strata {
+namespace detail {
+
+/// @brief The driver's green-context entry points, as the running driver offers them.
+struct green_entry_points {
+  CUresult (*device_get)(CUdevice*, int){};
+  CUresult (*device_resource)(CUdevice, CUdevResource*, CUdevResourceType){};
+  CUresult (*split_by_count)(CUdevResource*, unsigned*, CUdevResource const*, CUdevResource*, unsigned, unsigned){};
+  CUresult (*generate_desc)(CUdevResourceDesc*, CUdevResource*, unsigned){};
+  CUresult (*create)(CUgreenCtx*, CUdevResourceDesc, CUdevice, unsigned){};
+  CUresult (*destroy)(CUgreenCtx){};
+  CUresult (*stream_create)(CUstream*, CUgreenCtx, unsigned, int){};
+  CUresult (*stream_destroy)(CUstream){};
+  CUresult (*error_name)(CUresult, char const**){};
+
+  [[nodiscard]] bool available() const noexcept
+  {
+    return device_get && device_resource && split_by_count && generate_desc && create && destroy && stream_create &&
+           stream_destroy && error_name;
+  }
+
+  /// @brief Resolves the entry points once per process (all null where the driver lacks them).
+  static green_entry_points const& get()
+  {
+    static green_entry_points const points = [] {
+      green_entry_points p;
+      auto resolve = [](char const* symbol, auto& fn) {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion(symbol, &f, CUDA_VERSION, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess) {
+          fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(f);
+        }
+      };
+      resolve("cuDeviceGet", p.device_get);
+      resolve("cuDeviceGetDevResource", p.device_resource);
+      resolve("cuDevSmResourceSplitByCount", p.split_by_count);
+      resolve("cuDevResourceGenerateDesc", p.generate_desc);
+      resolve("cuGreenCtxCreate", p.create);
+      resolve("cuGreenCtxDestroy", p.destroy);
+      resolve("cuGreenCtxStreamCreate", p.stream_create);
+      resolve("cuStreamDestroy", p.stream_destroy);
+      resolve("cuGetErrorName", p.error_name);
+      (void)cudaGetLastError();
+      return p;
+    }();
+    return points;
+  }
+
+  /// @brief Throws `strata::cuda_error` naming the driver call if it failed.
+  void check(CUresult r, char const* call) const
+  {
+    if (r == CUDA_SUCCESS) { return; }
+    char const* name = "unknown";
+    if (error_name != nullptr) { (void)error_name(r, &name); }
+    throw cuda_error(concat("strata: CUDA driver call ", call, " failed: ", name, " (", int(r), ")"));
+  }
+};
+
+}  // namespace detail
+
+/**
+ * @brief Two green contexts over disjoint SMs of one device: `copy_stream()` for strata's copy
+ *        kernels (`gpu_assisted`, `staged` relays), `compute_stream()` for the engine's kernels.
+ *
+ * Memory is shared with the device's primary context: pools and plans work unchanged on either
+ * stream, and events of one stream can be waited on by the other (`wait_layer`). Kernels launched on
+ * `compute_stream()` never run on the copy partition's SMs; a library that sizes its grids from the
+ * device's SM count (cuBLAS) should still be told `compute_sms()` (`cublasSetSmCountTarget`), or its
+ * grids run an extra wave. Not copyable or movable: hold it by `std::optional` or a pointer.
+ */
+class sm_partition {
+ public:
+  /// @brief Whether the running driver offers green contexts (CUDA 12.4 and later).
+  [[nodiscard]] static bool supported() noexcept { return detail::green_entry_points::get().available(); }
+
+  /**
+   * @param copy_sms SMs asked for the copy partition: the driver grants at least this many, rounded
+   *        up to its partition granularity (`copy_sms()` says what it granted)
+   * @param device CUDA device ordinal; -1: the current device
+   * @param priority priority of both streams (`cudaDeviceGetStreamPriorityRange`)
+   * @throw strata::invalid_argument if `copy_sms` is not positive, or leaves no SM to compute
+   * @throw strata::cuda_error if the driver has no green contexts or a driver call fails
+   */
+  explicit sm_partition(int copy_sms, int device = -1, int priority = 0)
+  {
+    STRATA_EXPECTS(copy_sms > 0, "sm_partition: copy_sms must be positive, got ", copy_sms);
+    auto const& api = detail::green_entry_points::get();
+    STRATA_EXPECTS_AS(cuda_error, api.available(),
+                      "sm_partition: the CUDA driver has no green contexts (needs CUDA 12.4 or later)");
+    if (device < 0) { STRATA_CUDA_TRY(cudaGetDevice(&device)); }
+    STRATA_CUDA_TRY(cudaInitDevice(device, 0, 0));  // the primary context, which the green ones share
+    CUdevice dev{};
+    api.check(api.device_get(&dev, device), "cuDeviceGet");
+    CUdevResource all{};
+    api.check(api.device_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
+    STRATA_EXPECTS(unsigned(copy_sms) < all.sm.smCount, "sm_partition: copy_sms (", copy_sms,
+                   ") must leave SMs to compute: the device has ", all.sm.smCount);
+    CUdevResource copy{}, rest{};
+    unsigned groups = 1;
+    // Finest granularity first (SMs not co-scheduled on one cluster); drivers without the flag refuse it.
+    CUresult r = api.split_by_count(&copy, &groups, &all, &rest, CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING,
+                                    unsigned(copy_sms));
+    if (r != CUDA_SUCCESS) {
+      groups = 1;
+      r = api.split_by_count(&copy, &groups, &all, &rest, 0, unsigned(copy_sms));
+    }
+    api.check(r, "cuDevSmResourceSplitByCount");
+    STRATA_EXPECTS(groups == 1 && rest.sm.smCount > 0, "sm_partition: the driver's partition of ", copy_sms,
+                   " SMs leaves no SM to compute (device: ", all.sm.smCount, " SMs)");
+    copy_sms_ = int(copy.sm.smCount);
+    compute_sms_ = int(rest.sm.smCount);
+    try {
+      create(api, dev, copy, priority, copy_ctx_, copy_stream_);
+      create(api, dev, rest, priority, compute_ctx_, compute_stream_);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  sm_partition(sm_partition const&) = delete;
+  sm_partition& operator=(sm_partition const&) = delete;
+  ~sm_partition() { release(); }
+
+  /// @brief Stream of the copy partition: pass it to `submit` for loads and backups.
+  [[nodiscard]] cudaStream_t copy_stream() const noexcept { return reinterpret_cast<cudaStream_t>(copy_stream_); }
+  /// @brief Stream of the rest of the device: the engine's kernels.
+  [[nodiscard]] cudaStream_t compute_stream() const noexcept
+  {
+    return reinterpret_cast<cudaStream_t>(compute_stream_);
+  }
+  /// @brief SMs the driver granted to the copy partition (at least the count asked).
+  [[nodiscard]] int copy_sms() const noexcept { return copy_sms_; }
+  /// @brief SMs left to compute: pass it to `cublasSetSmCountTarget`.
+  [[nodiscard]] int compute_sms() const noexcept { return compute_sms_; }
+
+ private:
+  static void create(detail::green_entry_points const& api, CUdevice dev, CUdevResource resource, int priority,
+                     CUgreenCtx& ctx, CUstream& stream)
+  {
+    CUdevResourceDesc desc{};
+    api.check(api.generate_desc(&desc, &resource, 1), "cuDevResourceGenerateDesc");
+    api.check(api.create(&ctx, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM), "cuGreenCtxCreate");
+    api.check(api.stream_create(&stream, ctx, CU_STREAM_NON_BLOCKING, priority), "cuGreenCtxStreamCreate");
+  }
+
+  void release() noexcept
+  {
+    auto const& api = detail::green_entry_points::get();
+    for (CUstream* s : {&copy_stream_, &compute_stream_}) {
+      if (*s != nullptr) { (void)api.stream_destroy(*s), *s = nullptr; }
+    }
+    for (CUgreenCtx* c : {&copy_ctx_, &compute_ctx_}) {
+      if (*c != nullptr) { (void)api.destroy(*c), *c = nullptr; }
+    }
+  }
+
+  CUgreenCtx copy_ctx_{}, compute_ctx_{};
+  CUstream copy_stream_{}, compute_stream_{};
+  int copy_sms_ = 0, compute_sms_ = 0;
+};
+
+}  // namespace strata
