@@ -108,13 +108,24 @@ TEST_CASE("the cost model predicts loads, prefill, decode and overlap", "[cpu][s
   double const both = c.batch_s(0.100, 0.050);
   CHECK(both == Catch::Approx(0.100 + 0.050 * 1.044 / 32));
   CHECK(c.batch_s(0, 0.05) == 0.05);
+  // The stall decode steps may fill: what the batch takes beyond its compute.
+  // The time computing nothing: the load beyond the (slowed) compute, and the first layer's load.
+  CHECK(c.stall_s(0.100, 0.050) == Catch::Approx(0.100 + 0.050 * 1.044 / 32 - 0.050 * 1.044));
+  CHECK(c.stall_s(0.010, 0.050) == Catch::Approx(0.010 / 32));  // compute-bound: only the pipeline fill
+  CHECK(c.stall_s(0, 0.05) == 0);
   cost_model const serial = costs(h200::per_block_dma_io());
   CHECK(serial.batch_s(0.1, 0.05) == Catch::Approx(0.15));
+  CHECK(serial.stall_s(0.1, 0.05) == Catch::Approx(0.1));  // no overlap: the whole load stalls
+  CHECK(serial.stall_s(0.01, 0.05) == Catch::Approx(0.01));
   // The other models scale by their size.
   cost_model const big = h200::costs(models::llama31_70b, h200::gpu_assisted_io());
   CHECK(big.prefill_s(1000, 0) > 5 * c.prefill_s(1000, 0));
   CHECK(big.decode_s(1, 1000) > c.decode_s(1, 1000));
   STRATA_REQUIRE_THROWS(invalid_argument, "no figures for DeepSeek", (void)h200::model_costs(models::deepseek_v3));
+  // A model is known by its whole shape, not its layer count alone.
+  model_shape const other{"Other-32L", 32, 4, 64, 2};
+  STRATA_REQUIRE_THROWS(invalid_argument, "no figures for Other-32L (32 layers, 4 KV heads of 64)",
+                        (void)h200::model_costs(other));
 }
 
 TEST_CASE("the cost model rejects bad parameters and calibrates from benchmark output", "[cpu][sched]")
@@ -134,18 +145,31 @@ TEST_CASE("the cost model rejects bad parameters and calibrates from benchmark o
   STRATA_REQUIRE_THROWS(invalid_argument, "layers must be positive", cost_model(zero, io, 1024, 32));
 
   std::string const path = "strata_test_transfer.csv";
-  {
+  auto write_csv = [&](char const* extra_row) {
     std::ofstream f{path};
     f << "model,kv_heads,page_tokens,context,direction,backend,GBps,vs_contiguous\n"
          "llama3.1-8b,8,32,8192,load,gpu_assisted/2,50.0,0.9\n"
          "llama3.1-8b,8,32,8192,backup,gpu_assisted/2,40.0,0.8\n"
          "llama3.1-8b,8,32,65536,load,gpu_assisted/2,52.0,0.9\n"
-         "llama3.1-8b,1,32,8192,load,gpu_assisted/2,20.0,0.4\n";
-  }
+         "llama3.1-8b,1,32,8192,load,gpu_assisted/2,20.0,0.4\n"
+      << extra_row;
+  };
+  write_csv("");
   cost_model c = costs();
+  double const file_before = c.io().load_bytes_per_s[2], remote_before = c.io().load_bytes_per_s[3];
   c.calibrate_from_csv(path, "gpu_assisted/2", 8, 32);
-  CHECK(c.io().load_bytes_per_s[1] == Catch::Approx(52e9));
+  CHECK(c.io().load_bytes_per_s[1] == Catch::Approx(52e9));  // the best of the contexts
   CHECK(c.io().backup_bytes_per_s == Catch::Approx(40e9));
+  CHECK(c.io().load_bytes_per_s[2] == file_before);  // other links: unchanged
+  CHECK(c.io().load_bytes_per_s[3] == remote_before);
+  for (char const* row : {"llama3.1-8b,8,32,8192,sideways,gpu_assisted/2,50.0,0.9\n",
+                          "llama3.1-8b,eight,32,8192,load,gpu_assisted/2,50.0,0.9\n"}) {
+    write_csv(row);
+    cost_model d = costs();
+    STRATA_REQUIRE_THROWS(invalid_argument, ":6: ", d.calibrate_from_csv(path, "gpu_assisted/2", 8, 32));
+    CHECK(d.io().load_bytes_per_s[1] == costs().io().load_bytes_per_s[1]);  // unchanged
+  }
+  write_csv("");
   STRATA_REQUIRE_THROWS(invalid_argument, "no load and backup rows for staged",
                         c.calibrate_from_csv(path, "staged", 8, 32));
   STRATA_REQUIRE_THROWS(invalid_argument, "cannot read", c.calibrate_from_csv("no/such/file.csv", "x", 8, 32));
@@ -310,6 +334,38 @@ TEST_CASE("strata puts hits before chunked prefills and trims loads the batch ca
   CHECK(trim_only.prefills.front().chunk_tokens == 8192);
 }
 
+TEST_CASE("strategies count a use of the index only for the requests they plan", "[cpu][sched]")
+{
+  auto check = [](auto const& strategy) {
+    fixture f;
+    auto const a = pages(1000, 100), b = pages(5000, 200);
+    f.cache(a, false);
+    f.cache(b, true);
+    // Two long prompts on cached documents: the first takes the whole budget, the second waits.
+    for (auto const* doc : {&a, &b}) {
+      auto q = *doc;
+      for (std::int32_t k = 0; k < 300; ++k) {
+        q.push_back(900000 + k);
+      }
+      f.wait(q, std::int64_t(q.size()) * 32);
+    }
+    auto const before = f.tree.stats();
+    auto const plan = strategy.schedule(f.view());
+    INFO(strategy.name);
+    REQUIRE(plan.prefills.size() == 1);
+    REQUIRE(plan.deferred.size() == 1);
+    std::int64_t planned = 0;
+    for (auto const& it : plan.prefills) {
+      planned += it.cached_tokens / 32;
+    }
+    CHECK(f.tree.stats().matched_tokens - before.matched_tokens == planned);
+    CHECK(f.tree.path_length(plan.prefills.front().cached_node) == planned);  // the node ends where the prefix does
+  };
+  check(fifo{});
+  check(longest_prefix{});
+  check(strata_scheduler{});
+}
+
 TEST_CASE("strata fills a load-bound batch's stall with decode steps", "[cpu][sched]")
 {
   fixture f;
@@ -323,8 +379,15 @@ TEST_CASE("strata fills a load-bound batch's stall with decode steps", "[cpu][sc
   CHECK(p.predicted_load_s > p.predicted_compute_s);
   double const step = f.c.decode_s(4, 4 * 60000) * (1 + f.c.io().decode_slowdown);
   CHECK(p.bubble_decode_steps ==
-        std::min<std::int64_t>(40, std::int64_t((p.predicted_load_s - p.predicted_compute_s * 1.044) / step)));
+        std::min<std::int64_t>(40, std::int64_t(f.c.stall_s(p.predicted_load_s, p.predicted_compute_s) / step)));
   CHECK(p.bubble_decode_steps > 0);
+  // Without layer-wise overlap the whole load stalls: more steps fit.
+  f.c = costs(h200::per_block_dma_io());
+  auto const serial = strata_scheduler{}.schedule(f.view(8192, 4));
+  double const serial_step = f.c.decode_s(4, 4 * 60000) * (1 + f.c.io().decode_slowdown);
+  CHECK(serial.bubble_decode_steps == std::min<std::int64_t>(40, std::int64_t(serial.predicted_load_s / serial_step)));
+  CHECK(serial.bubble_decode_steps > p.bubble_decode_steps);
+  f.c = costs();
   CHECK(strata_scheduler{{.bubbles = false}}.schedule(f.view(8192, 4)).bubble_decode_steps == 0);
   CHECK(strata_scheduler{}.schedule(f.view(8192, 0)).bubble_decode_steps == 0);  // nothing decoding
 }

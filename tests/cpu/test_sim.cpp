@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <numeric>
 
 using namespace strata;
@@ -46,7 +47,6 @@ workload two_on_one_document(double second_at)
   return w;
 }
 
-template <class S>
 std::int64_t redundant(simulation_result const& r)
 {
   std::int64_t n = 0;
@@ -156,6 +156,21 @@ TEST_CASE("traces replay from CSV and JSON lines, and bad lines are named", "[cp
     f << "1.0,ten,5,1 2\n";
   }
   STRATA_REQUIRE_THROWS(invalid_argument, "strata_trace_bad.csv:1: cannot parse", replay("strata_trace_bad.csv"));
+  // Ids are never truncated: a cell that is not one integer, or a page id beyond 32 bits, is an error.
+  auto bad_line = [](char const* line) {
+    std::ofstream f{"strata_trace_bad.csv"};
+    f << line << "\n";
+  };
+  bad_line("1.0,10,96,1 2x 3");
+  STRATA_REQUIRE_THROWS(invalid_argument, "strata_trace_bad.csv:1: '2x' is not an integer id",
+                        replay("strata_trace_bad.csv"));
+  bad_line(R"({"arrival": 1, "output_tokens": 4, "tokens": [1, 2.5]})");
+  STRATA_REQUIRE_THROWS(invalid_argument, "' 2.5' is not an integer id", replay("strata_trace_bad.csv"));
+  bad_line(R"({"arrival": 1, "output_tokens": 4, "pages": [1, 5000000000], "prompt_tokens": 64})");
+  STRATA_REQUIRE_THROWS(invalid_argument, "page id 5000000000 does not fit 32 bits", replay("strata_trace_bad.csv"));
+  bad_line("1.0,10,64,1 5000000000");
+  STRATA_REQUIRE_THROWS(invalid_argument, "page id 5000000000 does not fit 32 bits",
+                        replay("strata_trace_bad.csv", 32, true));
   STRATA_REQUIRE_THROWS(invalid_argument, "cannot read", replay("no_such_trace.csv"));
   for (char const* f : {"strata_trace.csv", "strata_trace.jsonl", "strata_trace_bad.jsonl", "strata_trace_bad.csv"}) {
     std::remove(f);
@@ -171,14 +186,14 @@ TEST_CASE("delay-hit scenarios: strata never prefills a shared prefix twice", "[
     workload const w = two_on_one_document(second_at);
     auto const st = simulate(w, small_engine(), strata_scheduler{});
     auto const lp = simulate(w, small_engine(), longest_prefix{});
-    CHECK(redundant<strata_scheduler>(st) == 0);
+    CHECK(redundant(st) == 0);
     CHECK(st.records[1].computed_tokens < 100);  // it ran as a hit
     if (second_at < 30) {
       CHECK(st.records[1].delay_hit_deferrals > 0);
-      CHECK(redundant<longest_prefix>(lp) > 0);  // the baseline computes the document twice
+      CHECK(redundant(lp) > 0);  // the baseline computes the document twice
       CHECK(st.records[1].ttft_s() <= lp.records[1].ttft_s());
     } else {
-      CHECK(redundant<longest_prefix>(lp) == 0);
+      CHECK(redundant(lp) == 0);
       CHECK(st.records[1].cached_tokens[0] == 1250 * 32);
     }
   }
@@ -235,6 +250,35 @@ TEST_CASE("a router sends a prompt to the instance that caches its prefix", "[cp
   // Requests on one document share an instance: they find its pages there.
   CHECK(summarize(two).hit_rate[0] + summarize(two).hit_rate[1] > 0.8);
   STRATA_REQUIRE_THROWS(invalid_argument, "instances must be positive", (void)simulate(w, small_engine(), fifo{}, 0));
+
+  // Placement: documents A and B are first asked about together (B goes to the idle instance),
+  // then questions alternate, far apart: each follows its document, whatever the load.
+  workload p{"placement", 32, {}};
+  std::vector<std::shared_ptr<page_ids const>> docs;
+  for (std::int32_t d = 0; d < 2; ++d) {
+    page_ids ids(600);
+    std::iota(ids.begin(), ids.end(), 1 + 1000 * d);
+    docs.push_back(std::make_shared<page_ids const>(std::move(ids)));
+  }
+  for (std::uint64_t k = 0; k < 8; ++k) {
+    sim_request r;
+    r.id = request_id{k + 1};
+    r.arrival_s = k < 2 ? 0.01 * double(k) : 100.0 * double(k);
+    r.shared = docs[k % 2];
+    r.own = {std::int32_t(500000 + k)};
+    r.prompt_tokens = 601 * 32;
+    r.output_tokens = 8;
+    p.requests.push_back(r);
+  }
+  for (auto const& result :
+       {simulate(p, small_engine(), fifo{}, 2), simulate(p, small_engine(), strata_scheduler{}, 2)}) {
+    CHECK(result.records[0].instance != result.records[1].instance);
+    for (std::size_t k = 2; k < 8; ++k) {
+      INFO("request " << k + 1);
+      CHECK(result.records[k].instance == result.records[k % 2].instance);
+      CHECK(result.records[k].cached_tokens[0] == 600 * 32);  // found on that instance's device
+    }
+  }
 }
 
 TEST_CASE("bad simulator configurations are rejected", "[cpu][sim]")
@@ -249,6 +293,21 @@ TEST_CASE("bad simulator configurations are rejected", "[cpu][sim]")
   c = small_engine();
   c.host_pages = -1;
   STRATA_REQUIRE_THROWS(invalid_argument, "tier sizes must not be negative", (void)simulate(w, c, fifo{}));
+  c = small_engine();
+  c.costs = cost_model{};
+  STRATA_REQUIRE_THROWS(invalid_argument, "costs is an empty cost_model", (void)simulate(w, c, fifo{}));
+  // Bad workloads are named before anything runs.
+  auto bad = [&](auto&& change, char const* message) {
+    workload b = w;
+    change(b);
+    STRATA_REQUIRE_THROWS(invalid_argument, message, (void)simulate(b, small_engine(), fifo{}));
+  };
+  bad([](workload& b) { b.requests[1].id = b.requests[0].id; }, "request id 1 appears twice");
+  bad([](workload& b) { b.requests[1].id = request_id{}; }, "request id 0 is reserved");
+  bad([](workload& b) { b.requests[1].prompt_tokens = 1251 * 32 - 1; }, "fewer than its 1251 whole pages");
+  bad([](workload& b) { b.requests[0].output_tokens = 0; }, "must generate at least one token");
+  bad([](workload& b) { b.requests[1].arrival_s = -1; }, "negative or non-finite arrival");
+  bad([](workload& b) { b.requests[1].after = request_id{7}; }, "follows request 7, which is not in the workload");
   workload other = w;
   other.page_tokens = 16;
   STRATA_REQUIRE_THROWS(invalid_argument, "the workload's 16", (void)simulate(other, small_engine(), fifo{}));

@@ -56,6 +56,7 @@ struct io_costs {
  */
 class cost_model {
  public:
+  /// @brief An empty model (no rates: every prediction is meaningless until one is assigned).
   cost_model() = default;
   /**
    * @param compute the model's compute costs
@@ -137,18 +138,25 @@ class cost_model {
   {
     if (load <= 0) { return compute; }
     if (!io_.layerwise_overlap) { return load + compute; }
-    double const overlapped = std::min(load, compute) * (1 + io_.prefill_slowdown);
-    double const c = compute + overlapped - std::min(load, compute);
-    double const layers = double(compute_.layers);
-    return std::max(load, c) + std::min(load, c) / layers;
+    double const c = slowed_compute_s(load, compute);
+    return std::max(load, c) + std::min(load, c) / double(compute_.layers);
+  }
+  /// @brief Of `batch_s(load, compute)`, the seconds the GPU computes nothing while it waits for
+  ///        loads (not the slowdown of compute beside them): what decode steps may fill.
+  [[nodiscard]] double stall_s(double load, double compute) const noexcept
+  {
+    if (load <= 0) { return 0; }
+    return std::max(0.0, batch_s(load, compute) - (io_.layerwise_overlap ? slowed_compute_s(load, compute) : compute));
   }
 
   /**
-   * @brief Replaces the load bandwidths (all lower tiers scaled alike) and backup bandwidth with
-   *        the median `GBps` of a `bench_transfer` CSV for one backend, model row and page size.
+   * @brief Replaces the host tier's load bandwidth and the backup bandwidth with the best `GBps` of
+   *        the matching rows of a `bench_transfer` CSV (one backend, KV head count and page size;
+   *        the best of the contexts measured). File and remote tiers are other links: unchanged.
    * @param path the CSV (`transfer.csv` under `$OUT`)
    * @param backend e.g. "gpu_assisted/2"; @param kv_heads, page_tokens select the rows
-   * @throw strata::invalid_argument when the file cannot be read or holds no matching row
+   * @throw strata::invalid_argument when the file cannot be read, a row cannot be parsed, or no
+   *        load and backup rows match; the model is then unchanged
    */
   void calibrate_from_csv(std::string const& path, std::string const& backend, std::int64_t kv_heads,
                           std::int64_t page_tokens)
@@ -158,31 +166,43 @@ class cost_model {
     std::string line;
     std::getline(in, line);  // header
     double load = 0, backup = 0;
-    while (std::getline(in, line)) {
+    for (std::int64_t line_no = 2; std::getline(in, line); ++line_no) {
       std::vector<std::string> f;
       std::stringstream ss{line};
       for (std::string cell; std::getline(ss, cell, ',');) {
         f.push_back(cell);
       }
-      if (f.size() < 7 || f[5] != backend || std::stoll(f[1]) != kv_heads || std::stoll(f[2]) != page_tokens) {
-        continue;
+      if (f.size() < 7 || f[5] != backend) { continue; }
+      STRATA_EXPECTS(f[4] == "load" || f[4] == "backup", "cost_model::calibrate_from_csv: ", path, ":", line_no,
+                     ": direction '", f[4], "' is neither load nor backup");
+      std::int64_t heads = 0, page = 0;
+      double gbps = 0;
+      try {
+        heads = std::stoll(f[1]), page = std::stoll(f[2]), gbps = std::stod(f[6]);
+      } catch (std::logic_error const&) {  // std::stoll / std::stod
+        STRATA_EXPECTS(false, "cost_model::calibrate_from_csv: ", path, ":", line_no, ": cannot parse '", line, "'");
       }
-      (f[4] == "load" ? load : backup) = std::max(f[4] == "load" ? load : backup, std::stod(f[6]) * 1e9);
+      if (heads != kv_heads || page != page_tokens) { continue; }
+      double& best = f[4] == "load" ? load : backup;
+      best = std::max(best, gbps * 1e9);
     }
     STRATA_EXPECTS(load > 0 && backup > 0, "cost_model::calibrate_from_csv: no load and backup rows for ", backend,
                    ", ", kv_heads, " KV heads, ", page_tokens, "-token pages in ", path);
-    double const scale = load / io_.load_bytes_per_s[1];
-    for (std::size_t t = 1; t < tier_count; ++t) {
-      io_.load_bytes_per_s[t] *= t == 1 ? scale : 1.0;
-    }
+    io_.load_bytes_per_s[std::size_t(tier::host)] = load;
     io_.backup_bytes_per_s = backup;
   }
 
  private:
+  /// Compute time with the part that overlaps loads slowed by `prefill_slowdown`.
+  [[nodiscard]] double slowed_compute_s(double load, double compute) const noexcept
+  {
+    return compute + std::min(load, compute) * io_.prefill_slowdown;
+  }
+
   compute_costs compute_{};
   io_costs io_{};
-  std::int64_t page_bytes_{1};
-  std::int64_t page_tokens_{1};
+  std::int64_t page_bytes_{0};  // 0: an empty model (default-constructed)
+  std::int64_t page_tokens_{0};
 };
 
 /// @brief Measured and derived costs on one H200. See docs/cost_model.md for every source.
@@ -197,26 +217,30 @@ namespace h200 {
  *   weights do not fit one H200 with a KV cache).
  * - Attention: 4 * q_heads * head_dim * layers FLOPs per (query, key) pair at 450 TFLOP/s (about 60%
  *   of the measured bf16 GEMM rate, what FlashAttention-3 reports for long causal sequences).
- * - Decode: the GEMM weights streamed at 3.58 TB/s (measured: 13.96 GB of Llama-3.1-8B GEMM
- *   weights per step in 3.9 ms), plus the KV cache read, 0.2 ms per step and 2 µs per sequence.
+ * - Decode: every parameter's bytes (16.06 GB for Llama-3.1-8B in bf16; a conservative reading, as
+ *   only rows of the embedding table are read) streamed at 3.58 TB/s (measured: 13.96 GB of
+ *   Llama-3.1-8B GEMM weights per step in 3.9 ms), plus the KV cache read, 0.2 ms per step and 2 µs
+ *   per sequence.
  */
 inline compute_costs model_costs(model_shape const& m)
 {
   struct shape {
     double non_embedding_params, all_params_bytes, q_heads, head_dim, rate_scale;
   };
+  auto same = [&](model_shape const& o) {
+    return m.layers == o.layers && m.kv_heads == o.kv_heads && m.head_dim == o.head_dim && m.planes == o.planes;
+  };
   shape s{};
-  if (m.layers == 32) {
-    s = {6.98e9, 16.06e9, 32, 128, 1.0};
-  }  // Llama-3.1-8B, bf16
-  else if (m.layers == 48) {
-    s = {13.1e9, 29.54e9, 40, 128, 1.0};
-  }  // Qwen-2.5-14B, bf16
-  else if (m.layers == 80) {
-    s = {68.5e9, 70.6e9, 64, 128, 1.5};
-  }  // Llama-3.1-70B, FP8 weights
-  else {
-    STRATA_EXPECTS(false, "h200::model_costs: no figures for ", m.name);
+  if (same(models::llama31_8b)) {
+    s = {6.98e9, 16.06e9, 32, 128, 1.0};  // bf16
+  } else if (same(models::qwen25_14b)) {
+    s = {13.1e9, 29.54e9, 40, 128, 1.0};  // bf16
+  } else if (same(models::llama31_70b)) {
+    s = {68.5e9, 70.6e9, 64, 128, 1.5};  // FP8 weights
+  } else {
+    STRATA_EXPECTS(false, "h200::model_costs: no figures for ", m.name ? m.name : "this model", " (", m.layers,
+                   " layers, ", m.kv_heads, " KV heads of ", m.head_dim,
+                   "): Llama-3.1-8B, Qwen-2.5-14B and Llama-3.1-70B have them");
   }
   double const llama8b_s_per_param_token = 18.8e-6 / 6.98e9;  // measured GEMM rate
   compute_costs c;

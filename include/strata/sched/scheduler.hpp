@@ -48,7 +48,7 @@ struct prefill_item {
   std::int64_t new_pages = 0;                         ///< device pages the request needs (first chunk)
   bool first_chunk = false;                           ///< its loads run now
   bool last_chunk = false;                            ///< its first token comes out of this batch
-  node_ref cached_node{};                             ///< deepest cached node (first chunk)
+  node_ref cached_node{};  ///< deepest cached node (first chunk), ending where the prefix ends: set by the final match
 };
 
 /// @brief A request passed over.
@@ -81,7 +81,7 @@ struct batch_plan {
  */
 struct scheduler_view {
   std::span<waiting_request> waiting;       ///< in arrival order
-  hiradix_tree* tree = nullptr;             ///< the prefix index (strategies call `match`)
+  hiradix_tree* tree = nullptr;             ///< the prefix index (strategies `probe`, and `match` the final plan)
   cost_model const* costs = nullptr;        ///< predictions
   std::int64_t index_scale = 1;             ///< real tokens per index token (page_tokens when the index holds page ids)
   std::int64_t page_tokens = 32;            ///< real tokens per page
@@ -113,8 +113,24 @@ concept scheduler_strategy = requires(S& s, scheduler_view const& v)
 
 namespace detail {
 
-/// @brief Sizes a request's next chunk (at most `budget` tokens), matching it against the index
-///        unless `known` already holds its match.
+/// @brief Prompt tokens of waiting request `i` found cached by match `m`: at least the last token is
+///        computed (it produces the first output token).
+inline std::int64_t cached_tokens_of(scheduler_view const& v, std::size_t i, match_result const& m)
+{
+  return std::min(m.tokens * v.index_scale, v.waiting[i].prompt_tokens - 1);
+}
+
+/// @brief Device pages a request's first chunk takes: its uncached prompt pages (the partial tail
+///        included), the cached pages loaded from lower tiers, and its output's pages.
+inline std::int64_t first_chunk_pages(std::int64_t prompt_tokens, std::int64_t output_tokens, std::int64_t cached_pages,
+                                      std::int64_t loaded_pages, std::int64_t page_tokens)
+{
+  return (prompt_tokens + page_tokens - 1) / page_tokens - cached_pages + loaded_pages +
+         (output_tokens + page_tokens - 1) / page_tokens;
+}
+
+/// @brief Sizes a request's next chunk (at most `budget` tokens) from a probe of the index (`known`
+///        if the caller already probed): no use is counted until `match_plan`.
 inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64_t budget,
                               match_result const* known = nullptr)
 {
@@ -128,10 +144,8 @@ inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64
     it.last_chunk = r.prefilled_tokens + it.chunk_tokens == r.prompt_tokens;
     return it;
   }
-  match_result const m = known != nullptr ? *known : v.tree->match(r.tokens);
-  // At least the last token is computed: it produces the first output token.
-  it.cached_tokens = std::min(m.tokens * v.index_scale, r.prompt_tokens - 1);
-  it.cached_node = m.node;
+  match_result const m = known != nullptr ? *known : v.tree->probe(r.tokens);
+  it.cached_tokens = cached_tokens_of(v, i, m);
   it.first_chunk = true;
   it.context_tokens = it.cached_tokens;
   it.chunk_tokens = std::min(budget, r.prompt_tokens - it.cached_tokens);
@@ -141,13 +155,11 @@ inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64
   for (std::size_t t = 1; t < tier_count; ++t) {
     it.load_pages[t] = m.fastest_tokens[t] * v.index_scale / v.page_tokens;
   }
-  std::int64_t const prompt_pages = (r.prompt_tokens + v.page_tokens - 1) / v.page_tokens;
-  std::int64_t const output_pages = (r.output_tokens + v.page_tokens - 1) / v.page_tokens;
   std::int64_t loads = 0;
   for (auto p : it.load_pages) {
     loads += p;
   }
-  it.new_pages = (prompt_pages - cached_pages) + loads + output_pages;
+  it.new_pages = first_chunk_pages(r.prompt_tokens, r.output_tokens, cached_pages, loads, v.page_tokens);
   return it;
 }
 
@@ -173,6 +185,19 @@ inline void add_item(scheduler_view const& v, batch_plan& plan, prefill_item con
   }
   plan.predicted_compute_s += item_compute_s(v, it);
   plan.predicted_load_s = v.costs->load_s(loads);
+}
+
+/**
+ * @brief Matches the final plan's first chunks against the index: a use of each cached prefix (hits,
+ *        LRU, selective backups) and the split that makes `cached_node` end where the prefix ends.
+ *        Called once the plan is final, so requests ranked or passed over are never counted as uses.
+ */
+inline batch_plan match_plan(scheduler_view const& v, batch_plan plan)
+{
+  for (auto& it : plan.prefills) {
+    if (it.first_chunk) { it.cached_node = v.tree->match(v.waiting[it.index].tokens).node; }
+  }
+  return plan;
 }
 
 /**
@@ -206,7 +231,7 @@ inline batch_plan fill_in_order(scheduler_view const& v, std::vector<std::size_t
     }
     add_item(v, plan, it, budget, memory, loads);
   }
-  return plan;
+  return match_plan(v, std::move(plan));
 }
 
 }  // namespace detail

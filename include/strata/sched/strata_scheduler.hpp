@@ -113,8 +113,7 @@ class strata_scheduler {
     std::int64_t const short_tokens = std::max<std::int64_t>(1, v.token_budget * options_.short_percent / 100);
     auto rank = [&](std::size_t i) {
       if (v.waiting[i].delay_hit_deferred) { return 0; }
-      std::int64_t const rest =
-          v.waiting[i].prompt_tokens - std::min(matches[i].tokens * v.index_scale, v.waiting[i].prompt_tokens - 1);
+      std::int64_t const rest = v.waiting[i].prompt_tokens - detail::cached_tokens_of(v, i, matches[i]);
       return options_.balance && options_.short_percent > 0 && rest <= short_tokens ? 1 : 3;
     };
     bool const by_prefix = v.waiting.size() <= options_.max_sorted;
@@ -150,14 +149,14 @@ class strata_scheduler {
         }
         continue;
       }
-      bool const is_short = !r.started && rank(i) < 3;
+      bool const is_short = options_.balance && !r.started && rank(i) < 3;  // the short share is balance's
       std::int64_t const cap =
           is_short && started.size() + (fresh.size() - f) > 0 ? std::min(budget, short_share - short_used) : budget;
       if (cap <= 0) {
         capped.push_back(i);  // may still get what the long ones leave
         continue;
       }
-      prefill_item const it = detail::size_item(v, i, cap);
+      prefill_item const it = detail::size_item(v, i, cap, r.started ? nullptr : &matches[i]);
       if (it.first_chunk && it.new_pages > memory) {
         memory_full = true;
         plan.deferred.push_back({i, r.id, deferral_reason::memory, {}});
@@ -169,7 +168,8 @@ class strata_scheduler {
     // Budget the long ones left unused goes to the short ones that were capped.
     for (std::size_t i : capped) {
       waiting_request const& r = v.waiting[i];
-      prefill_item const it = budget > 0 && !memory_full ? detail::size_item(v, i, budget) : prefill_item{};
+      prefill_item const it =
+          budget > 0 && !memory_full ? detail::size_item(v, i, budget, &matches[i]) : prefill_item{};
       if (budget <= 0 || memory_full || it.new_pages > memory) {
         memory_full = memory_full || (budget > 0 && it.new_pages > memory);
         plan.deferred.push_back({i, r.id, budget <= 0 ? deferral_reason::budget : deferral_reason::memory, {}});
@@ -180,8 +180,7 @@ class strata_scheduler {
     if (options_.balance) { trim_loads(v, plan, loads); }
     // Bubble filling: decode steps in the stall of a load-bound batch.
     if (options_.bubbles && v.running_sequences > 0 && !plan.prefills.empty()) {
-      double const compute = plan.predicted_compute_s * (1 + v.costs->io().prefill_slowdown);
-      double const stall = plan.predicted_load_s - compute;
+      double const stall = v.costs->stall_s(plan.predicted_load_s, plan.predicted_compute_s);
       double const step =
           v.costs->decode_s(v.running_sequences, v.running_context_tokens) * (1 + v.costs->io().decode_slowdown);
       if (stall > 0 && step > 0) {
@@ -189,14 +188,14 @@ class strata_scheduler {
             std::min<std::int64_t>(static_cast<std::int64_t>(stall / step), v.running_max_remaining);
       }
     }
-    return plan;
+    return detail::match_plan(v, std::move(plan));
   }
 
  private:
   /**
-   * Balance: while the batch loads longer than it computes, the lowest-priority request that loads
-   * more than it computes waits for a later batch (never the only one, never one already passed
-   * over `max_postponements` times): its load would delay every request of the batch.
+   * Load trimming: while the batch loads longer than it computes, the lowest-priority request that
+   * loads more than it computes waits for a later batch (never the only one, never one already
+   * passed over `max_postponements` times, for any reason): its load would delay the whole batch.
    */
   void trim_loads(scheduler_view const& v, batch_plan& plan, std::array<std::int64_t, tier_count>& loads) const
   {

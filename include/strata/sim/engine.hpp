@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <queue>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -41,10 +42,13 @@ struct engine_config {
   /// when no prefill batch can be formed, as SGLang's scheduler does).
   bool decode_after_prefill = false;
 
-  /// @throw strata::invalid_argument for a device pool of no pages, negative tiers, or a
-  ///        non-positive budget
+  /// @throw strata::invalid_argument for an empty (default) cost model, a device pool of no pages,
+  ///        negative tiers, or a non-positive budget
   void validate() const
   {
+    STRATA_EXPECTS(costs.page_bytes() > 0,
+                   "engine_config: costs is an empty cost_model: build one with "
+                   "h200::costs(model, io) or cost_model(compute, io, page_bytes, page_tokens)");
     STRATA_EXPECTS(device_pages > 0, "engine_config: device_pages must be positive, got ", device_pages);
     STRATA_EXPECTS(host_pages >= 0 && file_pages >= 0 && remote_pages >= 0,
                    "engine_config: tier sizes must not be negative");
@@ -274,10 +278,9 @@ class engine {
     std::int64_t const to_load = tree_.pages_to_load(item.cached_node);
     std::int64_t const cached = tree_.path_length(item.cached_node);
     std::int64_t const computed = std::int64_t(a.tokens.size()) - cached;
-    std::int64_t const tail =
-        (a.req->prompt_tokens + page_tokens() - 1) / page_tokens() - std::int64_t(a.tokens.size());
-    std::int64_t const output = (a.req->output_tokens + page_tokens() - 1) / page_tokens();
-    auto pages = allocate(to_load + computed + tail + output);
+    // Loaded pages, then computed whole pages, then the partial tail and the output (`extra`).
+    auto pages = allocate(
+        strata::detail::first_chunk_pages(a.req->prompt_tokens, a.req->output_tokens, cached, to_load, page_tokens()));
     if (!pages) { return false; }
     for (auto const& o :
          tree_.load(item.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
@@ -325,7 +328,7 @@ class engine {
     counters_.loaded_pages += loaded[1] + loaded[2] + loaded[3];
     double const load = config_.costs.load_s(loaded);
     double const batch = config_.costs.batch_s(load, compute);
-    double const stall = std::max(0.0, batch - compute);
+    double const stall = config_.costs.stall_s(load, compute);
     // Bubble filling: decode steps in the stall, as many as the plan asked for and fit.
     double used = 0;
     std::int64_t steps = 0;
@@ -474,12 +477,17 @@ class engine {
   /// pool is turned away.
   void reject_one(batch_plan const& plan)
   {
-    std::size_t i = 0;
+    // The request memory blocks: the first deferred for memory, else the first that failed to start.
+    std::size_t i = waiting_.size();
     for (auto const& d : plan.deferred) {
       if (d.reason == deferral_reason::memory) {
         i = d.index;
         break;
       }
+    }
+    if (i == waiting_.size() && !plan.prefills.empty()) { i = plan.prefills.front().index; }
+    if (i == waiting_.size()) {
+      throw std::logic_error("strata::sim::engine: idle with requests waiting and none blocked by memory");
     }
     active& a = *waiting_active_[i];
     if (waiting_[i].started) { return; }  // cannot happen: started requests hold their memory
@@ -548,6 +556,8 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
                            bool show_progress = false)
 {
   STRATA_EXPECTS(instances > 0, "simulate: instances must be positive, got ", instances);
+  config.validate();  // before comparing its cost model with the workload
+  validate(w);
   STRATA_EXPECTS(config.costs.page_tokens() == w.page_tokens, "simulate: the cost model's pages hold ",
                  config.costs.page_tokens(), " tokens, the workload's ", w.page_tokens);
   std::vector<std::unique_ptr<engine<Strategy>>> engines;
@@ -586,7 +596,9 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
         page_ids const pages = r.pages();
         std::int64_t best = -1;
         for (auto& e : engines) {
-          std::int64_t const cached = e->tree().peek(pages);
+          // Cached, or being computed there (transient): either way the prefix is cheapest there.
+          match_result const m = e->tree().probe(pages);
+          std::int64_t const cached = m.tokens + m.transient_tokens;
           if (cached > best || (cached == best && e->outstanding() < target->outstanding())) {
             best = cached;
             target = e.get();

@@ -16,11 +16,13 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace strata::sim {
@@ -60,7 +62,44 @@ struct workload {
   std::vector<sim_request> requests;
 };
 
+/**
+ * @brief Checks a workload before it is simulated: positive page size, unique non-zero ids, finite
+ *        non-negative arrivals and think times, prompts of at least one token whose whole pages fit
+ *        in them, at least one output token, and predecessors (`after`) that exist.
+ * @throw strata::invalid_argument naming the first bad request
+ */
+inline void validate(workload const& w)
+{
+  STRATA_EXPECTS(w.page_tokens > 0, "workload ", w.name, ": page_tokens must be positive, got ", w.page_tokens);
+  std::unordered_set<std::uint64_t> ids;
+  ids.reserve(w.requests.size());
+  for (auto const& r : w.requests) {
+    STRATA_EXPECTS(r.id.value != 0 && ids.insert(r.id.value).second, "workload ", w.name, ": request id ", r.id.value,
+                   r.id.value == 0 ? " is reserved" : " appears twice");
+  }
+  for (auto const& r : w.requests) {
+    std::int64_t const pages = std::int64_t((r.shared ? r.shared->size() : 0) + r.own.size());
+    STRATA_EXPECTS(std::isfinite(r.arrival_s) && r.arrival_s >= 0 && std::isfinite(r.think_s) && r.think_s >= 0,
+                   "workload ", w.name, ": request ", r.id.value,
+                   " has a negative or non-finite arrival or think time");
+    STRATA_EXPECTS(r.prompt_tokens >= 1 && pages <= r.prompt_tokens / w.page_tokens, "workload ", w.name, ": request ",
+                   r.id.value, " has ", r.prompt_tokens, " prompt tokens, fewer than its ", pages, " whole pages of ",
+                   w.page_tokens);
+    STRATA_EXPECTS(r.output_tokens >= 1, "workload ", w.name, ": request ", r.id.value,
+                   " must generate at least one token, got ", r.output_tokens);
+    STRATA_EXPECTS(r.after.value == 0 || (r.after != r.id && ids.count(r.after.value) == 1), "workload ", w.name,
+                   ": request ", r.id.value, " follows request ", r.after.value, ", which is not in the workload");
+  }
+}
+
 namespace detail {
+/// @brief 1 plus a Poisson draw of mean `mean - 1` (exactly 1 when `mean` is 1: a Poisson
+///        distribution of mean 0 is undefined).
+inline std::int64_t one_plus_poisson(double mean, std::mt19937_64& rng)
+{
+  return mean > 1 ? 1 + std::poisson_distribution<std::int64_t>{mean - 1}(rng) : 1;
+}
+
 /// @brief Hands out page ids: distinct contents get distinct ids.
 class page_id_source {
  public:
@@ -146,7 +185,7 @@ inline workload long_documents(long_documents_options const& o)
   while (std::int64_t(w.requests.size()) < o.requests) {
     t += std::exponential_distribution<double>{visit_rate}(rng);
     std::size_t const d = pick_doc(rng);
-    std::int64_t const q = 1 + std::poisson_distribution<std::int64_t>{o.questions_per_visit - 1}(rng);
+    std::int64_t const q = detail::one_plus_poisson(o.questions_per_visit, rng);
     double at = t;
     for (std::int64_t k = 0; k < q && std::int64_t(w.requests.size()) < o.requests; ++k) {
       sim_request r;
@@ -212,7 +251,7 @@ struct multi_turn_options {
   double rate = 5;               ///< turns per second (sessions start as a Poisson process)
   std::uint64_t seed = 1;
   double mean_turns = 5;      ///< turns per session
-  double think_s = 8;         ///< mean time between a turn's arrival and the next one's
+  double think_s = 8;         ///< mean time between a turn's answer and the next turn's arrival
   double mean_message = 120;  ///< user tokens per turn
   double mean_output = 180;   ///< answer tokens per turn
   std::int64_t page_tokens = 32;
@@ -238,7 +277,7 @@ inline workload multi_turn(multi_turn_options const& o)
   std::vector<std::pair<std::size_t, std::int64_t>> turn_of;  // (session, turn) of each request
   while (std::int64_t(w.requests.size()) < o.requests) {
     t += std::exponential_distribution<double>{session_rate}(rng);
-    std::int64_t const turns = 1 + std::poisson_distribution<std::int64_t>{o.mean_turns - 1}(rng);
+    std::int64_t const turns = detail::one_plus_poisson(o.mean_turns, rng);
     auto history = system;  // whole pages only: a partial page is recomputed by the next turn
     std::int64_t history_tokens = std::int64_t(system->size()) * o.page_tokens;
     double at = t;
@@ -303,6 +342,20 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
   workload w{"trace:" + path, page_tokens, {}};
   std::string line;
   std::int64_t line_no = 0;
+  // An id: the whole cell must be one integer (no silent truncation of "12abc" or "1.5").
+  auto parse_id = [&](std::string const& cell) {
+    std::size_t used = 0;
+    std::int64_t const x = std::stoll(cell, &used);
+    STRATA_EXPECTS(cell.find_first_not_of(" \t\r", used) == std::string::npos, "replay: ", path, ":", line_no, ": '",
+                   cell, "' is not an integer id");
+    return x;
+  };
+  // A page id must fit the index's 32-bit ids.
+  auto page_id = [&](std::int64_t x) {
+    STRATA_EXPECTS(x >= std::numeric_limits<std::int32_t>::min() && x <= std::numeric_limits<std::int32_t>::max(),
+                   "replay: ", path, ":", line_no, ": page id ", x, " does not fit 32 bits");
+    return static_cast<std::int32_t>(x);
+  };
   auto hash_pages = [&](std::vector<std::int64_t> const& tokens) {
     page_ids out;
     std::uint64_t h = 0xcbf29ce484222325ull;
@@ -345,11 +398,11 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
                        ": unterminated array");
         std::stringstream ss{line.substr(open + 1, close - open - 1)};
         for (std::string cell; std::getline(ss, cell, ',');) {
-          if (cell.find_first_not_of(" \t") != std::string::npos) { ids.push_back(std::stoll(cell)); }
+          if (cell.find_first_not_of(" \t") != std::string::npos) { ids.push_back(parse_id(cell)); }
         }
         if (pages) {
           for (auto x : ids) {
-            r.own.push_back(static_cast<std::int32_t>(x));
+            r.own.push_back(page_id(x));
           }
           r.prompt_tokens = prompt >= 0 ? prompt : std::int64_t(ids.size()) * page_tokens;
         } else {
@@ -366,12 +419,12 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
         r.output_tokens = std::stoll(o);
         prompt = std::stoll(p);
         std::stringstream is{rest};
-        for (std::int64_t x; is >> x;) {
-          ids.push_back(x);
+        for (std::string cell; is >> cell;) {
+          ids.push_back(parse_id(cell));
         }
         if (ids_are_pages) {
           for (auto x : ids) {
-            r.own.push_back(static_cast<std::int32_t>(x));
+            r.own.push_back(page_id(x));
           }
         } else {
           r.own = hash_pages(ids);
