@@ -6,7 +6,9 @@
 // slots, 8 KV heads (1 GiB) and 1 KV head (TP8 shard, 128 MiB), streamed back to back.
 //
 // Part 1 (interference): for each way of loading, the workload's time alone and with loads
-// streaming beside it (median of reps, interleaved), and the loads' bandwidth meanwhile.
+// streaming beside it (median of reps, interleaved), and the loads' bandwidth meanwhile. The
+// "green contexts" options run the GEMMs in an `sm_partition`'s compute partition and the copies in
+// its 2-SM copy partition; "alone" is always the GEMMs on the whole device.
 // Part 2 (choice): scenarios (idle, one prefill pass, 20 decode steps, each started together with
 // one context load); every option's measured makespan, and the option choose_transfer picks from
 // Part 1's measurements, against the best fixed option.
@@ -18,6 +20,7 @@
 #include <strata/transfer/choice.hpp>
 #include <strata/transfer/dma_batch.cuh>
 #include <strata/transfer/gpu_assisted.cuh>
+#include <strata/transfer/sm_partition.cuh>
 #include <strata/transfer/split.cuh>
 #include <strata/transfer/staged.cuh>
 #include <strata/transfer/submit_thread.cuh>
@@ -32,8 +35,10 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 using namespace strata;
 
@@ -99,7 +104,7 @@ class llama_gemms {
   /// engines run decode: one launch, so the CPU never blocks on a full launch queue.
   void prepare(int passes, int sm_target, cudaStream_t s)
   {
-    if (graphs_.count({passes, sm_target}) != 0) { return; }
+    if (graphs_.count({passes, sm_target, s}) != 0) { return; }
     set_sm_target(sm_target);
     cudaGraph_t graph{};
     STRATA_CUDA_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -108,7 +113,7 @@ class llama_gemms {
     cudaGraphExec_t exec{};
     STRATA_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
     STRATA_CUDA_TRY(cudaGraphDestroy(graph));
-    graphs_[{passes, sm_target}] = exec;
+    graphs_[{passes, sm_target, s}] = exec;  // per stream: a green context's stream gets its own
     set_sm_target(0);
   }
 
@@ -116,7 +121,7 @@ class llama_gemms {
   void run(cudaStream_t s, int passes, int sm_target = 0)
   {
     prepare(passes, sm_target, s);
-    STRATA_CUDA_TRY(cudaGraphLaunch(graphs_.at({passes, sm_target}), s));
+    STRATA_CUDA_TRY(cudaGraphLaunch(graphs_.at({passes, sm_target, s}), s));
   }
 
  private:
@@ -144,7 +149,7 @@ class llama_gemms {
   int m_;
   cublasHandle_t handle_{};
   detail::device_buffer workspace_;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<int, int, cudaStream_t>, cudaGraphExec_t> graphs_;
   detail::device_buffer x_, h_, y_, w_qkv_, w_o_, w_gu_, w_d_;
 };
 
@@ -155,6 +160,7 @@ struct option {
   std::string name;
   std::function<transfer_handle(load_plan const&, cudaStream_t)> submit;
   int sm_target = 0;  // cuBLAS SM count target while it runs beside compute (0: all SMs)
+  sm_partition const* partition = nullptr;  // green contexts: compute and loads on its streams
 };
 
 struct workload {
@@ -189,6 +195,7 @@ double time_compute(workload const& w, cudaStream_t s, int passes)
 std::pair<double, double> with_loads(workload const& w, option const& o, load_plan const& plan, cudaStream_t gate,
                                      cudaStream_t compute, cudaStream_t load_stream)
 {
+  if (o.partition != nullptr) { compute = o.partition->compute_stream(), load_stream = o.partition->copy_stream(); }
   w.gemms->prepare(w.passes, o.sm_target, compute);
   settle();
   detail::cuda_event go{true}, a{true}, b{true};
@@ -222,6 +229,7 @@ std::pair<double, double> with_loads(workload const& w, option const& o, load_pl
 double makespan(option const& o, load_plan const& plan, workload const* w, int passes, cudaStream_t gate,
                 cudaStream_t compute, cudaStream_t load_stream)
 {
+  if (o.partition != nullptr) { compute = o.partition->compute_stream(), load_stream = o.partition->copy_stream(); }
   if (w != nullptr) { w->gemms->prepare(passes, o.sm_target, compute); }
   settle();
   detail::cuda_event go{true}, load_end{true}, compute_end{true};
@@ -254,6 +262,8 @@ int main(int argc, char** argv)
   int low = 0, high = 0;
   STRATA_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&low, &high));
   detail::cuda_stream compute{low}, load_stream{high}, gate;
+  std::optional<sm_partition> partition;
+  if (sm_partition::supported()) { partition.emplace(2, -1, high); }
   submit_thread thread;
   llama_gemms prefill_gemms{4096}, decode_gemms{64};
   workload const prefill{"prefill", &prefill_gemms, 2, gpu_activity::prefill};
@@ -296,6 +306,15 @@ int main(int argc, char** argv)
     add_kernel("gpu_assisted/1 x256 threads", {1, 256});
     add_kernel("gpu_assisted/2 x256 threads", {2, 256});
     add_kernel("gpu_assisted/2 + SM target", {2, 1024}, sms - 2);
+    if (partition) {  // green contexts: the copies on 2 SMs of their own, the GEMMs on the rest
+      for (int target : {0, partition->compute_sms()}) {
+        auto b = std::make_shared<gpu_assisted>(gpu_assisted_config{2, 1024});
+        keep.push_back(b);
+        options.push_back({target == 0 ? "gpu_assisted/2, green contexts" : "gpu_assisted/2, green contexts + SM target",
+                           [b](load_plan const& p, cudaStream_t s) { return submit(*b, p, s, completion::whole); },
+                           target, &*partition});
+      }
+    }
     {
       auto b = std::make_shared<dma_batch>(dma_batch_config{});
       keep.push_back(b);
