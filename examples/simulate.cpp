@@ -531,7 +531,6 @@ int run_sweep(options const& o)
         "the device, under longest_prefix.\n\n"
         "| documents | Zipf | host-tier requests | longest_prefix / strata mean TTFT, seeds 1 / 2 / 3 | pooled |\n"
         "|---|---|---|---|---|\n";
-  engine_config const docs_engine = engine_for(o, h200::gpu_assisted_io(), "long_documents");
   for (document_mix const mix :
        {document_mix{}, document_mix{40, 0.5}, document_mix{40, 0.8}, document_mix{100, 0.5}}) {
     double lp_sum = 0, st_sum = 0, share = 0;
@@ -542,10 +541,10 @@ int run_sweep(options const& o)
       };
       bool const sweeps_mix = mix.documents == document_mix{}.documents && mix.zipf == document_mix{}.zipf;
       workload const w = make(0.8 * (sweeps_mix ? saturating_of.at("long_documents").at(seed)
-                                                : find_saturating_rate(make, docs_engine, 0.5, "long_documents")));
-      auto const lp = run("longest_prefix", w, docs_engine, {}, 1, false);
+                                                : find_saturating_rate(make, docs_config, 0.5, "long_documents")));
+      auto const lp = run("longest_prefix", w, docs_config, {}, 1, false);
       double const a = summarize(lp, "").ttft_mean,
-                   b = summarize(run("strata", w, docs_engine, {}, 1, false), "").ttft_mean;
+                   b = summarize(run("strata", w, docs_config, {}, 1, false), "").ttft_mean;
       lp_sum += a, st_sum += b, share += host_tier_share(lp) / double(seeds.size());
       std::snprintf(buf, sizeof buf, "%s%.2fx", cells.empty() ? "" : " / ", a / b);
       cells += buf;
@@ -583,8 +582,11 @@ int main(int argc, char** argv)
     STRATA_EXPECTS(o.host_pages == -1 || o.host_pages >= 0, "--host-pages must not be negative, got ", o.host_pages);
     if (o.sweep) {
       // The sweep fixes its workloads, strategies and systems; it takes only pool sizes and budget.
-      STRATA_EXPECTS(o.instances == 1 && o.strategy == "all" && o.system == "gpu_assisted" && o.trace.empty() &&
-                         o.delay_hits && o.balance && o.bubbles && o.rate == 0 && o.requests == 0,
+      options const defaults;
+      STRATA_EXPECTS(o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
+                         o.workload == defaults.workload && o.seed == defaults.seed && o.trace.empty() &&
+                         !o.trace_pages && !o.progress && o.delay_hits && o.balance && o.bubbles && o.rate == 0 &&
+                         o.requests == 0,
                      "--sweep takes only --out, --budget, --device-pages and --host-pages");
       return run_sweep(o);
     }

@@ -170,6 +170,12 @@ struct workload {
   gpu_activity activity;
 };
 
+/// A green-context option runs compute and loads on its partition's streams.
+void use_partition_streams(option const& o, cudaStream_t& compute, cudaStream_t& load_stream)
+{
+  if (o.partition != nullptr) { compute = o.partition->compute_stream(), load_stream = o.partition->copy_stream(); }
+}
+
 /// Idles the GPU for a fixed time so that every timed run starts from the same clock and power state
 /// (a GEMM run right after another is slower: the board's power limit).
 void settle()
@@ -195,7 +201,7 @@ double time_compute(workload const& w, cudaStream_t s, int passes)
 std::pair<double, double> with_loads(workload const& w, option const& o, load_plan const& plan, cudaStream_t gate,
                                      cudaStream_t compute, cudaStream_t load_stream)
 {
-  if (o.partition != nullptr) { compute = o.partition->compute_stream(), load_stream = o.partition->copy_stream(); }
+  use_partition_streams(o, compute, load_stream);
   w.gemms->prepare(w.passes, o.sm_target, compute);
   settle();
   detail::cuda_event go{true}, a{true}, b{true};
@@ -229,7 +235,7 @@ std::pair<double, double> with_loads(workload const& w, option const& o, load_pl
 double makespan(option const& o, load_plan const& plan, workload const* w, int passes, cudaStream_t gate,
                 cudaStream_t compute, cudaStream_t load_stream)
 {
-  if (o.partition != nullptr) { compute = o.partition->compute_stream(), load_stream = o.partition->copy_stream(); }
+  use_partition_streams(o, compute, load_stream);
   if (w != nullptr) { w->gemms->prepare(passes, o.sm_target, compute); }
   settle();
   detail::cuda_event go{true}, load_end{true}, compute_end{true};
@@ -263,7 +269,7 @@ int main(int argc, char** argv)
   STRATA_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&low, &high));
   detail::cuda_stream compute{low}, load_stream{high}, gate;
   std::optional<sm_partition> partition;
-  if (sm_partition::supported()) { partition.emplace(2, -1, high); }
+  if (sm_partition::supported()) { partition.emplace(2, -1, high, low); }
   submit_thread thread;
   llama_gemms prefill_gemms{4096}, decode_gemms{64};
   workload const prefill{"prefill", &prefill_gemms, 2, gpu_activity::prefill};

@@ -162,8 +162,10 @@ TEST_CASE("the cost model rejects bad parameters and calibrates from benchmark o
   CHECK(c.io().backup_bytes_per_s == Catch::Approx(40e9));
   CHECK(c.io().load_bytes_per_s[2] == file_before);  // other links: unchanged
   CHECK(c.io().load_bytes_per_s[3] == remote_before);
-  for (char const* row : {"llama3.1-8b,8,32,8192,sideways,gpu_assisted/2,50.0,0.9\n",
-                          "llama3.1-8b,eight,32,8192,load,gpu_assisted/2,50.0,0.9\n"}) {
+  for (char const* row :
+       {"llama3.1-8b,8,32,8192,sideways,gpu_assisted/2,50.0,0.9\n",
+        "llama3.1-8b,eight,32,8192,load,gpu_assisted/2,50.0,0.9\n",
+        "llama3.1-8b,8x,32,8192,load,gpu_assisted/2,50.0,0.9\n", "llama3.1-8b,8,32,8192,load,gpu_assisted/2\n"}) {
     write_csv(row);
     cost_model d = costs();
     STRATA_REQUIRE_THROWS(invalid_argument, ":6: ", d.calibrate_from_csv(path, "gpu_assisted/2", 8, 32));
@@ -336,34 +338,89 @@ TEST_CASE("strata puts hits before chunked prefills and trims loads the batch ca
 
 TEST_CASE("strategies count a use of the index only for the requests they plan", "[cpu][sched]")
 {
-  auto check = [](auto const& strategy) {
-    fixture f;
-    auto const a = pages(1000, 100), b = pages(5000, 200);
-    f.cache(a, false);
-    f.cache(b, true);
-    // Two long prompts on cached documents: the first takes the whole budget, the second waits.
-    for (auto const* doc : {&a, &b}) {
-      auto q = *doc;
+  // Request 1: a question on document A (300 pages on the device). Request 2: a long prompt on
+  // document B (100 pages on the host). Passed over for the budget, or (sized, then) for memory.
+  for (bool by_memory : {false, true}) {
+    auto check = [&](auto const& strategy) {
+      fixture f;
+      auto const a = pages(1000, 300), b = pages(5000, 100);
+      f.cache(b, true);  // first: `cache` evicts the least recently used pages
+      f.cache(a, false);
+      auto qa = a;
+      qa.push_back(900000);
+      f.wait(qa, std::int64_t(qa.size()) * 32);
+      auto qb = b;
       for (std::int32_t k = 0; k < 300; ++k) {
-        q.push_back(900000 + k);
+        qb.push_back(910000 + k);
       }
-      f.wait(q, std::int64_t(q.size()) * 32);
+      f.wait(qb, std::int64_t(qb.size()) * 32);
+      auto v = f.view(by_memory ? 8192 : 32);
+      if (by_memory) { v.device_pages_available = 10; }  // room for request 1 only
+      auto const before = f.tree.stats();
+      auto const plan = strategy.schedule(v);
+      INFO(strategy.name << (by_memory ? ", memory" : ", budget"));
+      REQUIRE(plan.prefills.size() == 1);
+      REQUIRE(plan.deferred.size() == 1);
+      CHECK(plan.deferred[0].reason == (by_memory ? deferral_reason::memory : deferral_reason::budget));
+      CHECK(plan.prefills[0].id == request_id{1});
+      CHECK(f.tree.stats().matched_tokens - before.matched_tokens == 300);  // request 1's prefix only
+      CHECK(f.tree.path_length(plan.prefills[0].cached_node) == 300);       // the node ends where the prefix does
+    };
+    check(fifo{});
+    check(longest_prefix{});
+    check(strata_scheduler{});
+  }
+}
+
+TEST_CASE("an item whose match disagrees with its probe leaves the plan", "[cpu][sched]")
+{
+  // Selective backups after one hit, and a host tier that holds document B only: matching request
+  // 1 (document A, on the device) backs A up, which evicts B from the host, so request 2's probed
+  // load of B is gone by the time it is matched.
+  fixture f;
+  hiradix_config h;
+  h.page_tokens = 1;
+  h.capacity = {100000, 100, 0, 0};
+  h.policy = write_policy::write_through_selective;
+  h.selective_hits = 1;
+  h.delay_hit_tokens = 2;
+  f.tree = hiradix_tree{h};
+  auto const a = pages(1000, 100), b = pages(5000, 100);
+  {  // B: inserted, hit once (backed up to the host), then evicted from the device
+    std::vector<std::int64_t> ids(b.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    f.tree.insert(b, ids);
+    (void)f.tree.match(b);
+    for (auto const& c : f.tree.take_copies()) {
+      f.tree.complete(c.id);
     }
-    auto const before = f.tree.stats();
-    auto const plan = strategy.schedule(f.view());
-    INFO(strategy.name);
-    REQUIRE(plan.prefills.size() == 1);
-    REQUIRE(plan.deferred.size() == 1);
-    std::int64_t planned = 0;
-    for (auto const& it : plan.prefills) {
-      planned += it.cached_tokens / 32;
+    for (auto const& d : f.tree.evict(tier::device, 100).demotions) {
+      f.tree.complete(d.id);
     }
-    CHECK(f.tree.stats().matched_tokens - before.matched_tokens == planned);
-    CHECK(f.tree.path_length(plan.prefills.front().cached_node) == planned);  // the node ends where the prefix does
-  };
-  check(fifo{});
-  check(longest_prefix{});
-  check(strata_scheduler{});
+    f.next_page = 100;
+  }
+  f.cache(a, false);
+  for (auto const* doc : {&a, &b}) {
+    auto q = *doc;
+    q.push_back(900000 + std::int32_t(doc == &b));
+    f.wait(q, std::int64_t(q.size()) * 32);
+  }
+  REQUIRE(f.tree.probe(f.token_store[1]).fastest_tokens[1] == 100);  // B is on the host
+  auto const plan = fifo{}.schedule(f.view());
+  CHECK(f.tree.probe(f.token_store[1]).tokens == 0);  // evicted by A's backup
+  REQUIRE(plan.prefills.size() == 1);
+  CHECK(plan.prefills[0].id == request_id{1});
+  REQUIRE(plan.deferred.size() == 1);
+  CHECK(plan.deferred[0].id == request_id{2});
+  CHECK(plan.deferred[0].reason == deferral_reason::changed);
+  CHECK(plan.predicted_load_s == 0);  // B's load left with it
+  CHECK(plan.predicted_compute_s == Catch::Approx(f.c.prefill_s(32, 100 * 32)));
+  // Next round it is sized afresh: a miss, computed in full.
+  auto const next = fifo{}.schedule(f.view());
+  auto const again = std::find_if(next.prefills.begin(), next.prefills.end(),
+                                  [](prefill_item const& it) { return it.id == request_id{2}; });
+  REQUIRE(again != next.prefills.end());
+  CHECK(again->cached_tokens == 0);
 }
 
 TEST_CASE("strata fills a load-bound batch's stall with decode steps", "[cpu][sched]")
@@ -378,8 +435,10 @@ TEST_CASE("strata fills a load-bound batch's stall with decode steps", "[cpu][sc
   REQUIRE(p.prefills.size() == 1);
   CHECK(p.predicted_load_s > p.predicted_compute_s);
   double const step = f.c.decode_s(4, 4 * 60000) * (1 + f.c.io().decode_slowdown);
-  CHECK(p.bubble_decode_steps ==
-        std::min<std::int64_t>(40, std::int64_t(f.c.stall_s(p.predicted_load_s, p.predicted_compute_s) / step)));
+  // Idle time: the load beyond the compute slowed 4.4% beside it, plus one layer of that compute.
+  double const slowed = p.predicted_compute_s * 1.044;
+  double const idle = p.predicted_load_s + slowed / 32 - slowed;
+  CHECK(p.bubble_decode_steps == std::min<std::int64_t>(40, std::int64_t(idle / step)));
   CHECK(p.bubble_decode_steps > 0);
   // Without layer-wise overlap the whole load stalls: more steps fit.
   f.c = costs(h200::per_block_dma_io());

@@ -270,8 +270,28 @@ TEST_CASE("a router sends a prompt to the instance that caches its prefix", "[cp
     r.output_tokens = 8;
     p.requests.push_back(r);
   }
-  for (auto const& result :
-       {simulate(p, small_engine(), fifo{}, 2), simulate(p, small_engine(), strata_scheduler{}, 2)}) {
+  // A third document asked about twice, 10 ms apart: under strata the second question finds the
+  // first one's prefix in flight (transient) on its instance and follows it there, idle as the
+  // other instance is.
+  {
+    page_ids ids(600);
+    std::iota(ids.begin(), ids.end(), 1 + 1000 * 2);
+    docs.push_back(std::make_shared<page_ids const>(std::move(ids)));
+  }
+  for (std::uint64_t k = 8; k < 10; ++k) {
+    sim_request r;
+    r.id = request_id{k + 1};
+    r.arrival_s = 1000.0 + 0.01 * double(k - 8);
+    r.shared = docs[2];
+    r.own = {std::int32_t(500000 + k)};
+    r.prompt_tokens = 601 * 32;
+    r.output_tokens = 8;
+    p.requests.push_back(r);
+  }
+  auto const followed = simulate(p, small_engine(), strata_scheduler{}, 2);
+  CHECK(followed.records[9].instance == followed.records[8].instance);
+  CHECK(followed.records[9].redundant_tokens == 0);
+  for (auto const& result : {simulate(p, small_engine(), fifo{}, 2), followed}) {
     CHECK(result.records[0].instance != result.records[1].instance);
     for (std::size_t k = 2; k < 8; ++k) {
       INFO("request " << k + 1);
@@ -307,7 +327,8 @@ TEST_CASE("bad simulator configurations are rejected", "[cpu][sim]")
   bad([](workload& b) { b.requests[1].prompt_tokens = 1251 * 32 - 1; }, "fewer than its 1251 whole pages");
   bad([](workload& b) { b.requests[0].output_tokens = 0; }, "must generate at least one token");
   bad([](workload& b) { b.requests[1].arrival_s = -1; }, "negative or non-finite arrival");
-  bad([](workload& b) { b.requests[1].after = request_id{7}; }, "follows request 7, which is not in the workload");
+  bad([](workload& b) { b.requests[1].after = request_id{7}; },
+      "follows request 7, which is not earlier in the workload");
   workload other = w;
   other.page_tokens = 16;
   STRATA_REQUIRE_THROWS(invalid_argument, "the workload's 16", (void)simulate(other, small_engine(), fifo{}));

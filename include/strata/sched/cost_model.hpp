@@ -172,16 +172,22 @@ class cost_model {
       for (std::string cell; std::getline(ss, cell, ',');) {
         f.push_back(cell);
       }
-      if (f.size() < 7 || f[5] != backend) { continue; }
+      if (f.size() < 6 || f[5] != backend) { continue; }
+      STRATA_EXPECTS(f.size() >= 7, "cost_model::calibrate_from_csv: ", path, ":", line_no, ": a ", backend,
+                     " row without a GBps cell");
       STRATA_EXPECTS(f[4] == "load" || f[4] == "backup", "cost_model::calibrate_from_csv: ", path, ":", line_no,
                      ": direction '", f[4], "' is neither load nor backup");
       std::int64_t heads = 0, page = 0;
       double gbps = 0;
-      try {
-        heads = std::stoll(f[1]), page = std::stoll(f[2]), gbps = std::stod(f[6]);
+      bool parsed = true;
+      try {  // each cell whole: "8x" is not 8
+        std::size_t used_heads = 0, used_page = 0, used_gbps = 0;
+        heads = std::stoll(f[1], &used_heads), page = std::stoll(f[2], &used_page), gbps = std::stod(f[6], &used_gbps);
+        parsed = used_heads == f[1].size() && used_page == f[2].size() && used_gbps == f[6].size();
       } catch (std::logic_error const&) {  // std::stoll / std::stod
-        STRATA_EXPECTS(false, "cost_model::calibrate_from_csv: ", path, ":", line_no, ": cannot parse '", line, "'");
+        parsed = false;
       }
+      STRATA_EXPECTS(parsed, "cost_model::calibrate_from_csv: ", path, ":", line_no, ": cannot parse '", line, "'");
       if (heads != kv_heads || page != page_tokens) { continue; }
       double& best = f[4] == "load" ? load : backup;
       best = std::max(best, gbps * 1e9);

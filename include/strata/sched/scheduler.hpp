@@ -8,6 +8,8 @@
 #include <strata/index/hiradix_tree.hpp>
 #include <strata/sched/cost_model.hpp>
 
+#include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstdint>
 #include <span>
@@ -35,6 +37,7 @@ enum class deferral_reason {
   balance,    ///< its load would make the batch load-bound: waits for compute to hide it under
   memory,     ///< not enough device pages now
   budget,     ///< the token budget is spent
+  changed,    ///< what it found cached changed while the batch was formed: sized again next round
 };
 
 /// @brief One prefill (or one chunk of it) in a batch.
@@ -120,6 +123,16 @@ inline std::int64_t cached_tokens_of(scheduler_view const& v, std::size_t i, mat
   return std::min(m.tokens * v.index_scale, v.waiting[i].prompt_tokens - 1);
 }
 
+/// @brief Pages match `m` brings onto the device, from the fastest lower tier holding each.
+inline std::array<std::int64_t, tier_count> load_pages_of(scheduler_view const& v, match_result const& m)
+{
+  std::array<std::int64_t, tier_count> pages{};
+  for (std::size_t t = 1; t < tier_count; ++t) {
+    pages[t] = m.fastest_tokens[t] * v.index_scale / v.page_tokens;
+  }
+  return pages;
+}
+
 /// @brief Device pages a request's first chunk takes: its uncached prompt pages (the partial tail
 ///        included), the cached pages loaded from lower tiers, and its output's pages.
 inline std::int64_t first_chunk_pages(std::int64_t prompt_tokens, std::int64_t output_tokens, std::int64_t cached_pages,
@@ -150,11 +163,8 @@ inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64
   it.context_tokens = it.cached_tokens;
   it.chunk_tokens = std::min(budget, r.prompt_tokens - it.cached_tokens);
   it.last_chunk = it.cached_tokens + it.chunk_tokens == r.prompt_tokens;
-  // Pages to bring onto the device, from the fastest lower tier holding each.
   std::int64_t const cached_pages = m.tokens * v.index_scale / v.page_tokens;
-  for (std::size_t t = 1; t < tier_count; ++t) {
-    it.load_pages[t] = m.fastest_tokens[t] * v.index_scale / v.page_tokens;
-  }
+  it.load_pages = load_pages_of(v, m);
   std::int64_t loads = 0;
   for (auto p : it.load_pages) {
     loads += p;
@@ -191,12 +201,33 @@ inline void add_item(scheduler_view const& v, batch_plan& plan, prefill_item con
  * @brief Matches the final plan's first chunks against the index: a use of each cached prefix (hits,
  *        LRU, selective backups) and the split that makes `cached_node` end where the prefix ends.
  *        Called once the plan is final, so requests ranked or passed over are never counted as uses.
+ *
+ * A match can change what a later item finds (a selective backup may evict host pages another item
+ * was to load): an item whose match no longer agrees with its probe leaves the plan
+ * (`deferral_reason::changed`) and is sized afresh next round; the predictions are recomputed.
  */
 inline batch_plan match_plan(scheduler_view const& v, batch_plan plan)
 {
+  std::vector<prefill_item> kept;
+  std::array<std::int64_t, tier_count> loads{};
+  plan.predicted_compute_s = 0;
   for (auto& it : plan.prefills) {
-    if (it.first_chunk) { it.cached_node = v.tree->match(v.waiting[it.index].tokens).node; }
+    if (it.first_chunk) {
+      match_result const m = v.tree->match(v.waiting[it.index].tokens);
+      if (cached_tokens_of(v, it.index, m) != it.cached_tokens || load_pages_of(v, m) != it.load_pages) {
+        plan.deferred.push_back({it.index, it.id, deferral_reason::changed, {}});
+        continue;
+      }
+      it.cached_node = m.node;
+      for (std::size_t t = 0; t < tier_count; ++t) {
+        loads[t] += it.load_pages[t];
+      }
+    }
+    plan.predicted_compute_s += item_compute_s(v, it);
+    kept.push_back(it);
   }
+  plan.prefills = std::move(kept);
+  plan.predicted_load_s = v.costs->load_s(loads);
   return plan;
 }
 

@@ -14,7 +14,7 @@ namespace strata {
 struct strata_options {
   bool delay_hits = true;  ///< defer a request whose prefix another is computing; it runs as a hit
   bool balance = true;     ///< pair load-heavy with compute-heavy requests so loads hide under compute
-  bool bubbles = true;     ///< run decode steps while a load-bound batch waits for its loads
+  bool bubbles = true;     ///< run decode steps while a batch waits for its loads (`cost_model::stall_s`)
   /// With balance on, load trimming: rounds a load-heavy request may be passed over while the batch
   /// loads longer than it computes (0, the default: never; measured in docs/simulation.md, it moved
   /// mean TTFT by under 1% and raised multi-turn's p90 by 2.3%: it postpones loads, it hides none).
@@ -42,7 +42,9 @@ struct strata_options {
  *   long prompt's compute instead of waiting for all its chunks; optionally (`max_postponements`
  *   > 0), while the batch loads longer than it computes, load-heavy requests beyond the first wait
  *   for a later batch (at most `max_postponements` rounds);
- * - bubbles: if the batch stays load-bound, decode steps of running requests fill the stall.
+ * - bubbles: decode steps of running requests fill the time the batch waits for its loads
+ *   (`cost_model::stall_s`: in practice load-bound batches; a compute-bound one stalls only for
+ *   its first layer's load, shorter than a decode step).
  * The token budget and device memory bound the batch as for the baselines.
  */
 class strata_scheduler {
@@ -178,7 +180,8 @@ class strata_scheduler {
       detail::add_item(v, plan, it, budget, memory, loads);
     }
     if (options_.balance) { trim_loads(v, plan, loads); }
-    // Bubble filling: decode steps in the stall of a load-bound batch.
+    plan = detail::match_plan(v, std::move(plan));
+    // Bubble filling: decode steps in the batch's stall (the GPU waiting for loads).
     if (options_.bubbles && v.running_sequences > 0 && !plan.prefills.empty()) {
       double const stall = v.costs->stall_s(plan.predicted_load_s, plan.predicted_compute_s);
       double const step =
@@ -188,7 +191,7 @@ class strata_scheduler {
             std::min<std::int64_t>(static_cast<std::int64_t>(stall / step), v.running_max_remaining);
       }
     }
-    return detail::match_plan(v, std::move(plan));
+    return plan;
   }
 
  private:

@@ -16,6 +16,7 @@
 #include <strata/sched/scheduler.hpp>
 #include <strata/sim/workload.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -184,6 +185,10 @@ class engine {
     if (!copies_.empty()) {  // memory comes back when demotions land
       now_ = std::max(now_, copies_.top().end);
       return;
+    }
+    if (std::any_of(plan.deferred.begin(), plan.deferred.end(),
+                    [](deferral const& d) { return d.reason == deferral_reason::changed; })) {
+      return;  // the index changed while the plan was matched: the next round sizes those requests again
     }
     reject_one(plan);
   }
@@ -548,8 +553,10 @@ class progress_bar {
 
 /**
  * @brief Simulates `w` on `instances` engines behind a cache-aware router (the instance with the
- *        longest cached prefix; the least loaded on ties).
- * @throw strata::invalid_argument for a bad configuration or no instances
+ *        longest prefix cached or being computed; the least loaded on ties).
+ * @throw strata::invalid_argument for a bad configuration, a bad workload (`validate`) or no instances
+ * @throw std::logic_error if an engine stalls with requests waiting and none blocked by memory
+ *        (a strategy that defers every request for no reason the engine can resolve)
  */
 template <scheduler_strategy Strategy>
 simulation_result simulate(workload const& w, engine_config const& config, Strategy const& strategy, int instances = 1,
@@ -620,8 +627,9 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
       }
     }
   }
-  STRATA_EXPECTS(arrived == std::int64_t(w.requests.size()), "simulate: ", std::int64_t(w.requests.size()) - arrived,
-                 " requests never arrived: their predecessor is missing or was turned away");
+  if (arrived != std::int64_t(w.requests.size())) {  // validate() and reject_one() make this unreachable
+    throw std::logic_error("strata::sim::simulate: some requests never arrived");
+  }
   for (auto& e : engines) {
     result.counters.push_back(e->counters());
     result.makespan_s = std::max(result.makespan_s, e->now());

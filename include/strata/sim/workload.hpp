@@ -22,7 +22,7 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 namespace strata::sim {
@@ -65,19 +65,22 @@ struct workload {
 /**
  * @brief Checks a workload before it is simulated: positive page size, unique non-zero ids, finite
  *        non-negative arrivals and think times, prompts of at least one token whose whole pages fit
- *        in them, at least one output token, and predecessors (`after`) that exist.
+ *        in them, at least one output token, and predecessors (`after`) earlier in the list (so no
+ *        session waits on itself).
  * @throw strata::invalid_argument naming the first bad request
  */
 inline void validate(workload const& w)
 {
   STRATA_EXPECTS(w.page_tokens > 0, "workload ", w.name, ": page_tokens must be positive, got ", w.page_tokens);
-  std::unordered_set<std::uint64_t> ids;
-  ids.reserve(w.requests.size());
-  for (auto const& r : w.requests) {
-    STRATA_EXPECTS(r.id.value != 0 && ids.insert(r.id.value).second, "workload ", w.name, ": request id ", r.id.value,
-                   r.id.value == 0 ? " is reserved" : " appears twice");
+  std::unordered_map<std::uint64_t, std::size_t> position;
+  position.reserve(w.requests.size());
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    auto const& r = w.requests[i];
+    STRATA_EXPECTS(r.id.value != 0 && position.emplace(r.id.value, i).second, "workload ", w.name, ": request id ",
+                   r.id.value, r.id.value == 0 ? " is reserved" : " appears twice");
   }
-  for (auto const& r : w.requests) {
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    auto const& r = w.requests[i];
     std::int64_t const pages = std::int64_t((r.shared ? r.shared->size() : 0) + r.own.size());
     STRATA_EXPECTS(std::isfinite(r.arrival_s) && r.arrival_s >= 0 && std::isfinite(r.think_s) && r.think_s >= 0,
                    "workload ", w.name, ": request ", r.id.value,
@@ -87,8 +90,10 @@ inline void validate(workload const& w)
                    w.page_tokens);
     STRATA_EXPECTS(r.output_tokens >= 1, "workload ", w.name, ": request ", r.id.value,
                    " must generate at least one token, got ", r.output_tokens);
-    STRATA_EXPECTS(r.after.value == 0 || (r.after != r.id && ids.count(r.after.value) == 1), "workload ", w.name,
-                   ": request ", r.id.value, " follows request ", r.after.value, ", which is not in the workload");
+    auto const before = r.after.value == 0 ? position.end() : position.find(r.after.value);
+    STRATA_EXPECTS(r.after.value == 0 || (before != position.end() && before->second < i), "workload ", w.name,
+                   ": request ", r.id.value, " follows request ", r.after.value,
+                   ", which is not earlier in the workload");
   }
 }
 

@@ -13,28 +13,31 @@
 #include <strata/detail/cuda.cuh>
 
 #include <cuda.h>  // types only: the driver entry points are resolved at run time, not linked
+#include <cudaTypedefs.h>
 
 #include <type_traits>
 
 namespace strata {
 namespace detail {
 
-/// @brief The driver's green-context entry points, as the running driver offers them.
+/// @brief The driver's green-context entry points, as the running driver offers them, each at
+///        the ABI version its typedef names (so a later toolkit's signature change cannot slip in).
 struct green_entry_points {
-  CUresult (*device_get)(CUdevice*, int){};
-  CUresult (*device_resource)(CUdevice, CUdevResource*, CUdevResourceType){};
-  CUresult (*split_by_count)(CUdevResource*, unsigned*, CUdevResource const*, CUdevResource*, unsigned, unsigned){};
-  CUresult (*generate_desc)(CUdevResourceDesc*, CUdevResource*, unsigned){};
-  CUresult (*create)(CUgreenCtx*, CUdevResourceDesc, CUdevice, unsigned){};
-  CUresult (*destroy)(CUgreenCtx){};
-  CUresult (*stream_create)(CUstream*, CUgreenCtx, unsigned, int){};
-  CUresult (*stream_destroy)(CUstream){};
-  CUresult (*error_name)(CUresult, char const**){};
+  PFN_cuDeviceGet_v2000 device_get{};
+  PFN_cuDeviceGetDevResource_v12040 device_resource{};
+  PFN_cuDevSmResourceSplitByCount_v12040 split_by_count{};
+  PFN_cuDevResourceGenerateDesc_v12040 generate_desc{};
+  PFN_cuGreenCtxCreate_v12040 create{};
+  PFN_cuGreenCtxDestroy_v12040 destroy{};
+  PFN_cuGreenCtxStreamCreate_v12050 stream_create{};
+  PFN_cuStreamSynchronize_v2000 stream_synchronize{};
+  PFN_cuStreamDestroy_v4000 stream_destroy{};
+  PFN_cuGetErrorName_v6000 error_name{};
 
   [[nodiscard]] bool available() const noexcept
   {
     return device_get && device_resource && split_by_count && generate_desc && create && destroy && stream_create &&
-           stream_destroy && error_name;
+           stream_synchronize && stream_destroy && error_name;
   }
 
   /// @brief Resolves the entry points once per process (all null where the driver lacks them).
@@ -42,23 +45,24 @@ struct green_entry_points {
   {
     static green_entry_points const points = [] {
       green_entry_points p;
-      auto resolve = [](char const* symbol, auto& fn) {
+      auto resolve = [](char const* symbol, int version, auto& fn) {
         void* f = nullptr;
         cudaDriverEntryPointQueryResult q{};
-        if (cudaGetDriverEntryPointByVersion(symbol, &f, CUDA_VERSION, cudaEnableDefault, &q) == cudaSuccess &&
+        if (cudaGetDriverEntryPointByVersion(symbol, &f, version, cudaEnableDefault, &q) == cudaSuccess &&
             q == cudaDriverEntryPointSuccess) {
           fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(f);
         }
       };
-      resolve("cuDeviceGet", p.device_get);
-      resolve("cuDeviceGetDevResource", p.device_resource);
-      resolve("cuDevSmResourceSplitByCount", p.split_by_count);
-      resolve("cuDevResourceGenerateDesc", p.generate_desc);
-      resolve("cuGreenCtxCreate", p.create);
-      resolve("cuGreenCtxDestroy", p.destroy);
-      resolve("cuGreenCtxStreamCreate", p.stream_create);
-      resolve("cuStreamDestroy", p.stream_destroy);
-      resolve("cuGetErrorName", p.error_name);
+      resolve("cuDeviceGet", 2000, p.device_get);
+      resolve("cuDeviceGetDevResource", 12040, p.device_resource);
+      resolve("cuDevSmResourceSplitByCount", 12040, p.split_by_count);
+      resolve("cuDevResourceGenerateDesc", 12040, p.generate_desc);
+      resolve("cuGreenCtxCreate", 12040, p.create);
+      resolve("cuGreenCtxDestroy", 12040, p.destroy);
+      resolve("cuGreenCtxStreamCreate", 12050, p.stream_create);
+      resolve("cuStreamSynchronize", 2000, p.stream_synchronize);
+      resolve("cuStreamDestroy", 4000, p.stream_destroy);
+      resolve("cuGetErrorName", 6000, p.error_name);
       (void)cudaGetLastError();
       return p;
     }();
@@ -89,23 +93,24 @@ struct green_entry_points {
  */
 class sm_partition {
  public:
-  /// @brief Whether the running driver offers green contexts (CUDA 12.4 and later).
+  /// @brief Whether the running driver offers green contexts with streams (CUDA 12.5 and later).
   [[nodiscard]] static bool supported() noexcept { return detail::green_entry_points::get().available(); }
 
   /**
    * @param copy_sms SMs asked for the copy partition: the driver grants at least this many, rounded
    *        up to its partition granularity (`copy_sms()` says what it granted)
    * @param device CUDA device ordinal; -1: the current device
-   * @param priority priority of both streams (`cudaDeviceGetStreamPriorityRange`)
-   * @throw strata::invalid_argument if `copy_sms` is not positive, or leaves no SM to compute
+   * @param copy_priority, compute_priority priorities of the two streams (`cudaDeviceGetStreamPriorityRange`)
+   * @throw strata::invalid_argument if `copy_sms` is not positive, or it (as the driver rounds it)
+   *        leaves no SM to compute
    * @throw strata::cuda_error if the driver has no green contexts or a driver call fails
    */
-  explicit sm_partition(int copy_sms, int device = -1, int priority = 0)
+  explicit sm_partition(int copy_sms, int device = -1, int copy_priority = 0, int compute_priority = 0)
   {
     STRATA_EXPECTS(copy_sms > 0, "sm_partition: copy_sms must be positive, got ", copy_sms);
     auto const& api = detail::green_entry_points::get();
     STRATA_EXPECTS_AS(cuda_error, api.available(),
-                      "sm_partition: the CUDA driver has no green contexts (needs CUDA 12.4 or later)");
+                      "sm_partition: the CUDA driver has no green contexts with streams (needs CUDA 12.5 or later)");
     if (device < 0) { STRATA_CUDA_TRY(cudaGetDevice(&device)); }
     STRATA_CUDA_TRY(cudaInitDevice(device, 0, 0));  // the primary context, which the green ones share
     CUdevice dev{};
@@ -124,13 +129,15 @@ class sm_partition {
       r = api.split_by_count(&copy, &groups, &all, &rest, 0, unsigned(copy_sms));
     }
     api.check(r, "cuDevSmResourceSplitByCount");
-    STRATA_EXPECTS(groups == 1 && rest.sm.smCount > 0, "sm_partition: the driver's partition of ", copy_sms,
-                   " SMs leaves no SM to compute (device: ", all.sm.smCount, " SMs)");
+    STRATA_EXPECTS_AS(cuda_error, groups == 1, "sm_partition: cuDevSmResourceSplitByCount made ", groups,
+                      " groups of ", copy_sms, " SMs, not one");
+    STRATA_EXPECTS(rest.sm.smCount > 0, "sm_partition: the driver rounds a partition of ", copy_sms, " SMs up to ",
+                   copy.sm.smCount, ", which leaves no SM to compute (device: ", all.sm.smCount, " SMs)");
     copy_sms_ = int(copy.sm.smCount);
     compute_sms_ = int(rest.sm.smCount);
     try {
-      create(api, dev, copy, priority, copy_ctx_, copy_stream_);
-      create(api, dev, rest, priority, compute_ctx_, compute_stream_);
+      create(api, dev, copy, copy_priority, copy_ctx_, copy_stream_);
+      create(api, dev, rest, compute_priority, compute_ctx_, compute_stream_);
     } catch (...) {
       release();
       throw;
@@ -139,6 +146,7 @@ class sm_partition {
 
   sm_partition(sm_partition const&) = delete;
   sm_partition& operator=(sm_partition const&) = delete;
+  /// @brief Waits for the work queued on both streams, then destroys them and the contexts.
   ~sm_partition() { release(); }
 
   /// @brief Stream of the copy partition: pass it to `submit` for loads and backups.
@@ -167,7 +175,7 @@ class sm_partition {
   {
     auto const& api = detail::green_entry_points::get();
     for (CUstream* s : {&copy_stream_, &compute_stream_}) {
-      if (*s != nullptr) { (void)api.stream_destroy(*s), *s = nullptr; }
+      if (*s != nullptr) { (void)api.stream_synchronize(*s), (void)api.stream_destroy(*s), *s = nullptr; }
     }
     for (CUgreenCtx* c : {&copy_ctx_, &compute_ctx_}) {
       if (*c != nullptr) { (void)api.destroy(*c), *c = nullptr; }
