@@ -217,11 +217,7 @@ class hiradix_tree {
       if (child == npos) { break; }
       std::int64_t const k = common_pages(nodes_[child], tokens, p, pages);
       if (nodes_[child].state != transient_state::none) {
-        node_data const& c = nodes_[child];
-        r.transient_tokens = k * config_.page_tokens;
-        r.transient = c.state;
-        r.transient_owner = c.owner;
-        r.delay_hit = r.transient_tokens > 0 && r.transient_tokens >= config_.delay_hit_tokens;
+        note_transient(r, nodes_[child], k);
         break;
       }
       if (!cached(nodes_[child])) { break; }
@@ -230,12 +226,7 @@ class hiradix_tree {
       touch(n);
       ++nodes_[n].hits;
       node_data const& m = nodes_[n];
-      for (std::size_t t = 0; t < tier_count; ++t) {
-        if (m.resident[t]) { r.tier_tokens[t] += m.pages() * config_.page_tokens; }
-      }
-      device_run = device_run && m.resident[0];
-      if (device_run) { r.device_prefix_tokens += m.pages() * config_.page_tokens; }
-      r.fastest_tokens[fastest_tier(m)] += m.pages() * config_.page_tokens;
+      note_cached(r, m, k, device_run);
       if (config_.policy == write_policy::write_through_selective && m.hits >= config_.selective_hits) { backup(n); }
       cur = n;
       p += k;
@@ -269,20 +260,11 @@ class hiradix_tree {
       node_data const& c = nodes_[child];
       std::int64_t const k = common_pages(c, tokens, p, pages);
       if (c.state != transient_state::none) {
-        r.transient_tokens = k * config_.page_tokens;
-        r.transient = c.state;
-        r.transient_owner = c.owner;
-        r.delay_hit = r.transient_tokens > 0 && r.transient_tokens >= config_.delay_hit_tokens;
+        note_transient(r, c, k);
         break;
       }
       if (!cached(c)) { break; }
-      std::int64_t const t = k * config_.page_tokens;
-      for (std::size_t u = 0; u < tier_count; ++u) {
-        r.tier_tokens[u] += c.resident[u] ? t : 0;
-      }
-      device_run = device_run && c.resident[0];
-      if (device_run) { r.device_prefix_tokens += t; }
-      r.fastest_tokens[fastest_tier(c)] += t;
+      note_cached(r, c, k, device_run);
       p += k;
       if (k < c.pages()) { break; }
       cur = child;
@@ -1336,6 +1318,27 @@ class hiradix_tree {
     }
   }
   /// Queues a device -> host backup of node `i` if it is on the device only and nothing is pending.
+  // -- match / probe bookkeeping: the same answer whether or not the walk has side effects --
+  /// `k` pages of transient node `c` matched: the walk stops there.
+  void note_transient(match_result& r, node_data const& c, std::int64_t k) const noexcept
+  {
+    r.transient_tokens = k * config_.page_tokens;
+    r.transient = c.state;
+    r.transient_owner = c.owner;
+    r.delay_hit = r.transient_tokens > 0 && r.transient_tokens >= config_.delay_hit_tokens;
+  }
+  /// `k` cached pages of node `c` matched; `device_run` tracks whether the prefix so far is all on the device.
+  void note_cached(match_result& r, node_data const& c, std::int64_t k, bool& device_run) const noexcept
+  {
+    std::int64_t const t = k * config_.page_tokens;
+    for (std::size_t u = 0; u < tier_count; ++u) {
+      r.tier_tokens[u] += c.resident[u] ? t : 0;
+    }
+    device_run = device_run && c.resident[0];
+    if (device_run) { r.device_prefix_tokens += t; }
+    r.fastest_tokens[fastest_tier(c)] += t;
+  }
+
   void backup(std::uint32_t i)
   {
     node_data const& n = nodes_[i];
