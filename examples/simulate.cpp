@@ -279,6 +279,16 @@ double host_tier_share(simulation_result const& r)
   return served > 0 ? double(host) / double(served) : 0;
 }
 
+/// The summary of one run of the sweep (a workload, run, load and seed it ran).
+summary const& row_of(std::vector<sweep_row> const& rows, std::string const& w, std::string const& label, double load,
+                      std::uint64_t seed)
+{
+  for (auto const& r : rows) {
+    if (r.workload == w && r.label == label && std::abs(r.load - load) < 1e-9 && r.seed == seed) { return r.s; }
+  }
+  throw std::logic_error("simulate: no sweep row for " + w + " / " + label);
+}
+
 int run_sweep(options const& o)
 {
   std::string const dir = o.out.empty() ? "sweep" : o.out;
@@ -424,14 +434,8 @@ int run_sweep(options const& o)
   for (auto const& wname : workloads) {
     for (double load : loads) {
       for (auto seed : seeds) {
-        auto get = [&](std::string const& l) -> summary const* {
-          for (auto const& r : rows) {
-            if (r.workload == wname && r.label == l && r.load == load && r.seed == seed) { return &r.s; }
-          }
-          return nullptr;
-        };
-        summary const* st = get("strata");
-        summary const* lp = get("longest_prefix");
+        summary const* st = &row_of(rows, wname, "strata", load, seed);
+        summary const* lp = &row_of(rows, wname, "longest_prefix", load, seed);
         if (st->redundant_tokens - st->short_overlap_tokens != 0) {
           md << "- " << wname << " " << load * 100 << "% seed " << seed << ": strata redundant prefill from delay hits "
              << st->redundant_tokens - st->short_overlap_tokens << " tokens\n";
@@ -507,14 +511,7 @@ int run_sweep(options const& o)
   std::string per_seed =
       "- long_documents, 80% load, mean TTFT per seed (longest_prefix / strata; vLLM-like / strata):";
   for (auto seed : seeds) {
-    auto at = [&](std::string const& l) {
-      for (auto const& r : rows) {
-        if (r.workload == "long_documents" && r.label == l && std::abs(r.load - 0.8) < 1e-9 && r.seed == seed) {
-          return r.s.ttft_mean;
-        }
-      }
-      return 0.0;
-    };
+    auto at = [&](std::string const& l) { return row_of(rows, "long_documents", l, 0.8, seed).ttft_mean; };
     double const st = at("strata");
     std::snprintf(buf, sizeof buf, "%s seed %llu: %.2fx; %.2fx", seed == seeds.front() ? "" : ",",
                   (unsigned long long)seed, at("longest_prefix") / st, at("vLLM-like: per-block DMA + fifo") / st);
