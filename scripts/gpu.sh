@@ -6,6 +6,9 @@
 #
 #   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [probe] [interference]   (default: tests memcheck bench-quick)
 set -uo pipefail
+for arg in "$@"; do
+  case $arg in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
+done
 cd "$(dirname "$0")/.."
 out=${OUT:-build-gpu/results}
 mkdir -p "$out"
