@@ -16,3 +16,4 @@
 #include <strata/transfer/choice.hpp>
 #include <strata/transfer/copy_plan.hpp>
 #include <strata/transfer/host_copy.hpp>
+#include <strata/types.hpp>

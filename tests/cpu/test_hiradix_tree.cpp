@@ -4,6 +4,7 @@
 
 #include <strata/index/hiradix_tree.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <numeric>
@@ -105,7 +106,7 @@ TEST_CASE("insert takes the request's page table: the tree's own pages are kept"
 {
   hiradix_tree t{small_config()};
   tokens_t doc = seq(1, 16);
-  t.insert(doc, ids(0, 4));
+  (void)t.insert(doc, ids(0, 4));
   doc.resize(24, 77);  // two more pages, computed into pages 8 and 9
   auto const r = t.insert(doc, {{0, 1, 2, 3, 8, 9}});
   CHECK(r.new_pages == 2);
@@ -176,7 +177,7 @@ TEST_CASE("write policies: through, selective after k hits, back on eviction", "
   tokens_t const doc = seq(1, 16);
   {
     hiradix_tree t{small_config(write_policy::write_through)};
-    t.insert(doc, ids(0, 4));
+    (void)t.insert(doc, ids(0, 4));
     auto const copies = t.take_copies();
     REQUIRE(copies.size() == 1);
     CHECK(copies[0].from == tier::device);
@@ -198,7 +199,7 @@ TEST_CASE("write policies: through, selective after k hits, back on eviction", "
   }
   {
     hiradix_tree t{small_config(write_policy::write_through_selective)};
-    t.insert(doc, ids(0, 4));
+    (void)t.insert(doc, ids(0, 4));
     CHECK(t.take_copies().empty());
     t.match(doc);
     CHECK(t.take_copies().empty());  // 1 hit
@@ -206,13 +207,13 @@ TEST_CASE("write policies: through, selective after k hits, back on eviction", "
     auto const copies = t.take_copies();  // 2 hits: worth keeping
     REQUIRE(copies.size() == 1);
     CHECK(copies[0].to == tier::host);
-    t.cancel(copies[0].id);
+    (void)t.cancel(copies[0].id);
     CHECK(t.free_slots(tier::host) == 32);
     t.check_invariants();
   }
   {
     hiradix_tree t{small_config(write_policy::write_back)};
-    t.insert(doc, ids(0, 4));
+    (void)t.insert(doc, ids(0, 4));
     CHECK(t.take_copies().empty());
     auto const e = t.evict(tier::device, 1);
     CHECK(e.pages == 4);
@@ -230,16 +231,16 @@ TEST_CASE("eviction takes least recently used leaves and spares locked, transien
 {
   hiradix_tree t{small_config(write_policy::write_back)};
   tokens_t const a = seq(1000, 8), b = seq(2000, 8), c = seq(3000, 8);
-  t.insert(a, ids(0, 2));
-  t.insert(b, ids(2, 2));
-  t.insert(c, ids(4, 2));
+  (void)t.insert(a, ids(0, 2));
+  (void)t.insert(b, ids(2, 2));
+  (void)t.insert(c, ids(4, 2));
   t.match(a);  // a is now the most recent; b the least
   auto const mc = t.match(c);
   t.lock(mc.node, tier::device);  // c in use
   auto e = t.evict(tier::device, 2);
   REQUIRE(e.demotions.size() == 1);
   CHECK(e.demotions[0].from_pages == ids(2, 2));  // b
-  t.complete(e.demotions[0].id);
+  (void)t.complete(e.demotions[0].id);
   e = t.evict(tier::device, 100);  // a goes; c is locked
   REQUIRE(e.demotions.size() == 1);
   CHECK(e.demotions[0].from_pages == ids(0, 2));
@@ -255,9 +256,9 @@ TEST_CASE("loads from lower tiers are ordered and complete onto the device", "[c
 {
   hiradix_tree t{small_config(write_policy::write_back)};
   tokens_t const doc = seq(7, 16);
-  t.insert(doc, ids(0, 4));
+  (void)t.insert(doc, ids(0, 4));
   auto const e = t.evict(tier::device, 4);
-  t.complete(e.demotions.at(0).id);
+  (void)t.complete(e.demotions.at(0).id);
   auto const m = t.match(doc);
   CHECK(t.pages_to_load(m.node) == 4);
   auto const orders = t.load(m.node, ids(20, 4));
@@ -265,7 +266,7 @@ TEST_CASE("loads from lower tiers are ordered and complete onto the device", "[c
   CHECK(orders[0].from == tier::host);
   CHECK(orders[0].to_pages == ids(20, 4));
   CHECK(t.pages_to_load(m.node) == 0);  // on its way
-  t.complete(orders[0].id);
+  (void)t.complete(orders[0].id);
   CHECK(t.match(doc).device_prefix_tokens == 16);
   t.check_invariants();
 }
@@ -308,6 +309,100 @@ TEST_CASE("bad input is rejected and leaves the tree unchanged", "[cpu][hiradix]
   // A node removed by eviction is stale afterwards.
   hiradix_tree u{small_config(write_policy::write_through_selective)};
   auto const r = u.insert(seq(1, 8), ids(0, 2));
-  u.evict(tier::device, 2);
+  (void)u.evict(tier::device, 2);
   STRATA_REQUIRE_THROWS(invalid_argument, "does not exist", u.lock(r.node, tier::device));
+}
+
+TEST_CASE("hiradix_tree: a completed demotion does not free the source a pending load reads", "[cpu][hiradix]")
+{
+  // Issue 9, item 12: the host slots of `a` were freed while its load from the host was pending,
+  // and the next backup was handed the same slots.
+  hiradix_config c;
+  c.page_tokens = 1;
+  c.capacity = {16, 2, 8, 0};
+  c.policy = write_policy::write_through;
+  hiradix_tree t(c);
+  tokens_t const a{1, 2};
+  (void)t.insert(a, std::vector<std::int64_t>{0, 1});
+  for (auto& o : t.take_copies()) {
+    (void)t.complete(o.id);
+  }                                 // a: device + host
+  (void)t.evict(tier::device, 2);   // a: host only
+  auto d = t.evict(tier::host, 2);  // demotion host -> file, pending
+  REQUIRE(d.demotions.size() == 1);
+  auto ld = t.load(t.match(a).node, std::vector<std::int64_t>{5, 6});  // load host -> device, pending
+  REQUIRE(ld.size() == 1);
+  REQUIRE(ld[0].from == tier::host);
+  std::vector<std::int64_t> const read = ld[0].from_pages;
+  (void)t.complete(d.demotions[0].id);  // the host copy must stay while the load reads it
+  t.check_invariants();
+  CHECK(t.free_slots(tier::host) == 0);
+  // A new prefix's backup must not be handed the slots the load reads.
+  (void)t.insert(tokens_t{7, 8}, std::vector<std::int64_t>{9, 10});
+  for (auto const& o : t.take_copies()) {
+    for (auto p : o.to_pages) {
+      CHECK(std::find(read.begin(), read.end(), p) == read.end());
+    }
+  }
+  t.check_invariants();
+  (void)t.complete(ld[0].id);  // now the demoted host copy goes
+  t.check_invariants();
+  auto const m = t.probe(a);
+  CHECK(m.tokens == 2);
+  CHECK(m.tier_tokens[0] == 2);
+  CHECK(m.tier_tokens[1] == 0);
+  CHECK(m.tier_tokens[2] == 2);
+}
+
+TEST_CASE("hiradix_tree: a cancelled load releases a source its completed demotion left", "[cpu][hiradix]")
+{
+  hiradix_config c;
+  c.page_tokens = 1;
+  c.capacity = {16, 2, 8, 0};
+  c.policy = write_policy::write_through;
+  hiradix_tree t(c);
+  tokens_t const a{1, 2};
+  (void)t.insert(a, std::vector<std::int64_t>{0, 1});
+  for (auto& o : t.take_copies()) {
+    (void)t.complete(o.id);
+  }
+  (void)t.evict(tier::device, 2);
+  auto d = t.evict(tier::host, 2);
+  auto ld = t.load(t.match(a).node, std::vector<std::int64_t>{5, 6});
+  (void)t.complete(d.demotions[0].id);
+  CHECK(t.free_slots(tier::host) == 0);
+  CHECK(t.cancel(ld[0].id).empty());  // host slots, not device pages, come back
+  t.check_invariants();
+  CHECK(t.free_slots(tier::host) == 2);
+  auto const m = t.probe(a);
+  CHECK(m.tier_tokens[1] == 0);
+  CHECK(m.tier_tokens[2] == 2);
+}
+
+TEST_CASE("hiradix_tree: write-back eviction never drops a newer node to keep an older one", "[cpu][hiradix]")
+{
+  // Issue 9, item 13: evict(device, 2) dropped x (used last) from both tiers and kept y.
+  hiradix_config c;
+  c.page_tokens = 1;
+  c.capacity = {8, 1, 0, 0};
+  c.policy = write_policy::write_back;
+  hiradix_tree t(c);
+  tokens_t const x{1}, y{2};
+  (void)t.insert(x, std::vector<std::int64_t>{0});
+  auto e = t.evict(tier::device, 1);  // x -> host
+  REQUIRE(e.demotions.size() == 1);
+  (void)t.complete(e.demotions[0].id);
+  (void)t.insert(y, std::vector<std::int64_t>{1});
+  (void)t.insert(x, std::vector<std::int64_t>{2});  // x again: device + host, used after y
+  auto r = t.evict(tier::device, 2);
+  for (auto& o : r.demotions) {
+    (void)t.complete(o.id);
+  }
+  for (auto& o : t.take_copies()) {
+    (void)t.complete(o.id);
+  }
+  (void)t.take_internal_evictions();
+  t.check_invariants();
+  CHECK(t.peek(x) == 1);
+  CHECK(t.peek(y) == 0);
 }

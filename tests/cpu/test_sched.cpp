@@ -44,11 +44,11 @@ struct fixture {
     std::vector<std::int64_t> ids(seq.size());
     std::iota(ids.begin(), ids.end(), next_page);
     next_page += std::int64_t(seq.size());
-    tree.insert(seq, ids);
+    (void)tree.insert(seq, ids);
     if (to_host) {
       auto const e = tree.evict(tier::device, std::int64_t(seq.size()));
       for (auto const& d : e.demotions) {
-        tree.complete(d.id);
+        (void)tree.complete(d.id);
       }
     }
   }
@@ -389,13 +389,13 @@ TEST_CASE("an item whose match disagrees with its probe leaves the plan", "[cpu]
   {  // B: inserted, hit once (backed up to the host), then evicted from the device
     std::vector<std::int64_t> ids(b.size());
     std::iota(ids.begin(), ids.end(), 0);
-    f.tree.insert(b, ids);
+    (void)f.tree.insert(b, ids);
     (void)f.tree.match(b);
     for (auto const& c : f.tree.take_copies()) {
-      f.tree.complete(c.id);
+      (void)f.tree.complete(c.id);
     }
     for (auto const& d : f.tree.evict(tier::device, 100).demotions) {
-      f.tree.complete(d.id);
+      (void)f.tree.complete(d.id);
     }
     f.next_page = 100;
   }

@@ -23,7 +23,7 @@ using Detail::Approx;  // Catch2 3 spells it Catch::Approx
   do {                                                                                \
     bool strata_thrown_ = false;                                                      \
     try {                                                                             \
-      __VA_ARGS__;                                                                    \
+      (void)(__VA_ARGS__);                                                            \
     } catch (E const& strata_e_) {                                                    \
       strata_thrown_ = true;                                                          \
       INFO("message: " << strata_e_.what());                                          \

@@ -19,6 +19,7 @@
 
 #include <strata/error.hpp>
 #include <strata/tier/slot_allocator.hpp>
+#include <strata/types.hpp>
 
 #include <algorithm>
 #include <array>
@@ -33,53 +34,6 @@
 #include <vector>
 
 namespace strata {
-
-/// @brief Storage tiers, fastest first.
-enum class tier : std::uint8_t { device = 0, host = 1, file = 2, remote = 3 };
-/// @brief Number of tiers.
-inline constexpr std::size_t tier_count = 4;
-/// @brief Name of a tier, for messages and reports.
-constexpr char const* to_string(tier t) noexcept
-{
-  constexpr char const* names[] = {"device", "host", "file", "remote"};
-  return static_cast<std::size_t>(t) < tier_count ? names[static_cast<std::size_t>(t)] : "?";
-}
-
-/// @brief When device pages are backed up to the host tier.
-enum class write_policy {
-  write_through,            ///< as soon as they are inserted or committed
-  write_through_selective,  ///< once the node has been hit `selective_hits` times
-  write_back,               ///< only when evicted from the device
-};
-
-/// @brief A request, as the engine numbers them.
-struct request_id {
-  std::uint64_t value{};
-  friend constexpr bool operator==(request_id, request_id) = default;
-  friend constexpr auto operator<=>(request_id, request_id) = default;
-};
-
-/// @brief Hash of a `request_id`, for unordered containers.
-struct request_hash {
-  std::size_t operator()(request_id r) const noexcept { return std::hash<std::uint64_t>{}(r.value); }
-};
-
-/// @brief A node of the tree (stale once the node is removed: calls then throw).
-struct node_ref {
-  std::uint32_t index{};
-  std::uint32_t generation{};
-  friend constexpr bool operator==(node_ref, node_ref) = default;
-};
-
-/// @brief A transfer the tree asked for.
-using transfer_id = std::uint64_t;
-
-/// @brief Transient state of a node.
-enum class transient_state : std::uint8_t {
-  none,       ///< permanent: cached in at least one tier
-  in_queue,   ///< a waiting request will compute this prefix
-  in_flight,  ///< its prefill (or load) is running
-};
 
 /// @brief Configuration of a `hiradix_tree`.
 struct hiradix_config {
@@ -116,17 +70,6 @@ struct insert_result {
   /// The caller's device pages the tree did not take (already cached on the device, or past a
   /// prefix another request is computing): free them.
   std::vector<std::int64_t> unused_device_pages;
-};
-
-/// @brief A copy to run: `from_pages` of tier `from` to `to_pages` of tier `to` (remote: keys).
-struct copy_order {
-  transfer_id id{};
-  node_ref node{};
-  tier from{};
-  tier to{};
-  std::vector<std::int64_t> from_pages;
-  std::vector<std::int64_t> to_pages;
-  bool demotion{};  ///< source pages are freed when it completes (an eviction)
 };
 
 /// @brief What `evict` did.
@@ -326,7 +269,7 @@ class hiradix_tree {
    * @throw strata::invalid_argument when `device_pages` does not hold one id per whole page, or an id
    *        is out of the device range, repeated, or owned by the tree other than at its position
    */
-  insert_result insert(std::span<std::int32_t const> tokens, std::span<std::int64_t const> device_pages)
+  [[nodiscard]] insert_result insert(std::span<std::int32_t const> tokens, std::span<std::int64_t const> device_pages)
   {
     std::int64_t const pages = whole_pages(tokens);
     STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == pages,
@@ -526,7 +469,7 @@ class hiradix_tree {
    * @throw strata::invalid_argument for a stale node, the wrong number of pages, or ids out of
    *        range, repeated or owned
    */
-  std::vector<copy_order> load(node_ref node, std::span<std::int64_t const> device_pages)
+  [[nodiscard]] std::vector<copy_order> load(node_ref node, std::span<std::int64_t const> device_pages)
   {
     std::int64_t const need = pages_to_load(node);
     STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == need, "hiradix_tree::load: ", need,
@@ -570,10 +513,13 @@ class hiradix_tree {
 
   /**
    * @brief A copy has landed: its destination becomes resident; for a demotion the source pages are
-   *        freed, and returned when they are device pages (for the engine to reuse).
+   *        freed, and returned when they are device pages (for the engine to reuse). A source that
+   *        another pending transfer still reads (a load from the tier being left) stays pinned until
+   *        that transfer completes or is cancelled, which then frees it.
+   * @return device pages freed now: the caller must return them to its pool
    * @throw strata::invalid_argument for an unknown or finished transfer
    */
-  std::vector<std::int64_t> complete(transfer_id id)
+  [[nodiscard]] std::vector<std::int64_t> complete(transfer_id id)
   {
     auto const it = transfers_.find(id);
     STRATA_EXPECTS(it != transfers_.end(), "hiradix_tree::complete: unknown transfer ", id);
@@ -583,21 +529,22 @@ class hiradix_tree {
     std::vector<std::int64_t> freed;
     for (auto i : t.nodes) {
       make_resident(i, t.to);
-      if (t.demotion) {
-        auto ids = drop(i, t.from, /*remove_if_empty=*/false);
-        freed.insert(freed.end(), ids.begin(), ids.end());
-      }
+      // Another pending transfer may still read the source (a load from the tier being left):
+      // the pages stay, pinned, and are dropped when the last such transfer ends.
+      if (t.demotion) { nodes_[i].drop_pending[std::size_t(t.from)] = true; }
     }
-    if (t.demotion) { remove_empty(t.nodes); }
-    return t.from == tier::device ? freed : std::vector<std::int64_t>{};
+    apply_pending_drops(t, freed);
+    return freed;
   }
 
   /**
-   * @brief A copy failed or was abandoned: its destination pages are released (device pages go
-   *        back to the caller), nothing else changes.
+   * @brief A copy failed or was abandoned: its destination pages are released (device destination
+   *        pages are the caller's again), nothing else changes — except that a demotion which
+   *        completed while this copy still read its source frees that source now.
+   * @return device pages freed by such a deferred demotion (for the engine to reuse)
    * @throw strata::invalid_argument for an unknown or finished transfer
    */
-  void cancel(transfer_id id)
+  [[nodiscard]] std::vector<std::int64_t> cancel(transfer_id id)
   {
     auto const it = transfers_.find(id);
     STRATA_EXPECTS(it != transfers_.end(), "hiradix_tree::cancel: unknown transfer ", id);
@@ -608,7 +555,10 @@ class hiradix_tree {
       (void)release_pages(i, t.to);
       refresh(i);
     }
+    std::vector<std::int64_t> freed;
+    apply_pending_drops(t, freed);
     remove_empty(t.nodes);
+    return freed;
   }
 
   /// @brief Transfers ordered and not yet completed or cancelled.
@@ -625,14 +575,19 @@ class hiradix_tree {
    * node leaving the host or file tier is demoted to the next configured tier.
    * @throw strata::invalid_argument for a negative page count, or a tier the tree does not have
    */
-  eviction_result evict(tier t, std::int64_t pages)
+  [[nodiscard]] eviction_result evict(tier t, std::int64_t pages) { return evict_up_to(t, pages, ~std::uint64_t{0}); }
+
+ private:
+  /// `evict`, taking only nodes last used no later than `newest`: making room for a demotion (or a
+  /// backup) never pushes out what was used more recently than the node moving in.
+  eviction_result evict_up_to(tier t, std::int64_t pages, std::uint64_t newest)
   {
     STRATA_EXPECTS(pages >= 0, "hiradix_tree::evict: pages must not be negative, got ", pages);
     STRATA_EXPECTS(has_tier(t), "hiradix_tree::evict: no ", to_string(t), " tier");
     eviction_result r;
     auto& candidates = lru_[std::size_t(t)];
     std::vector<std::uint32_t> skipped;
-    while (r.pages < pages && !candidates.empty()) {
+    while (r.pages < pages && !candidates.empty() && candidates.begin()->first <= newest) {
       std::uint32_t const i = candidates.begin()->second;
       std::int64_t const count = nodes_[i].pages();
       if (auto const below = demotion_target(i, t)) {
@@ -662,6 +617,7 @@ class hiradix_tree {
     return r;
   }
 
+ public:
   /**
    * @brief Pages eviction from tier `t` could free, leaf after leaf: the tier's resident pages but
    *        those of locked nodes and of nodes with a pending transfer (a little more than it can
@@ -786,6 +742,22 @@ class hiradix_tree {
         fail(i, "permanent node cached nowhere");
       }
     }
+    // A pending transfer reads pages its source tier still holds, and writes pages its
+    // destination tier holds for it: neither may be free (or handed to another node) meanwhile.
+    for (auto const& [id, p] : transfers_) {
+      for (auto i : p.nodes) {
+        node_data const& n = nodes_[i];
+        if (!n.alive) { fail(i, "transfer ", id, " on a removed node"); }
+        if (!n.resident[std::size_t(p.from)]) {
+          fail(i, "transfer ", id, " reads the ", to_string(p.from), " tier, where the node is not resident");
+        }
+        for (tier t : {p.from, p.to}) {
+          if (t != tier::remote && std::int64_t(n.tier_pages[std::size_t(t)].size()) != n.pages()) {
+            fail(i, "transfer ", id, " uses ", to_string(t), " pages the node no longer holds");
+          }
+        }
+      }
+    }
     std::array<std::int64_t, tier_count> held{};
     for (std::uint32_t i = 1; i < nodes_.size(); ++i) {
       for (std::size_t t = 0; t < tier_count; ++t) {
@@ -835,6 +807,7 @@ class hiradix_tree {
     std::array<std::uint64_t, tier_count> lru_key{};
     std::array<std::int32_t, tier_count> locks{};
     std::array<std::int32_t, tier_count> pins{};  // pending transfers from or to the tier
+    std::array<bool, tier_count> drop_pending{};  // demoted out of the tier: dropped once unpinned there
     std::array<std::int32_t, tier_count> children_resident{};
     std::uint64_t last_use{};
     std::int64_t hits{};
@@ -1129,6 +1102,7 @@ class hiradix_tree {
     t.last_use = n.last_use;
     t.hits = n.hits;
     t.pins = n.pins;
+    t.drop_pending = n.drop_pending;
     link_child(parent, top);
     link_child(top, i);
     for (auto& [id, p] : transfers_) {  // a pending transfer of `i` covers both halves
@@ -1276,7 +1250,7 @@ class hiradix_tree {
     }
     auto& slots = *slots_[std::size_t(t)];
     if (slots.available() < count) {
-      eviction_result r = evict(t, count - slots.available());
+      eviction_result r = evict_up_to(t, count - slots.available(), nodes_[owner].last_use);
       for (auto& d : r.demotions) {
         queued_.push_back(std::move(d));
       }
@@ -1317,7 +1291,22 @@ class hiradix_tree {
       account(i);
     }
   }
-  /// Queues a device -> host backup of node `i` if it is on the device only and nothing is pending.
+  /// Drops the copies that completed demotions left behind once nothing reads them any more: the
+  /// nodes of `t` in the tier `t` read from. Device ids go to `freed`.
+  void apply_pending_drops(pending const& t, std::vector<std::int64_t>& freed)
+  {
+    bool any = false;
+    for (auto i : t.nodes) {
+      std::size_t const u = std::size_t(t.from);
+      if (!nodes_[i].alive || !nodes_[i].drop_pending[u] || nodes_[i].pins[u] != 0) { continue; }
+      nodes_[i].drop_pending[u] = false;
+      auto ids = drop(i, t.from, /*remove_if_empty=*/false);
+      if (t.from == tier::device) { freed.insert(freed.end(), ids.begin(), ids.end()); }
+      any = true;
+    }
+    if (any) { remove_empty(t.nodes); }
+  }
+
   // -- match / probe bookkeeping: the same answer whether or not the walk has side effects --
   /// `k` pages of transient node `c` matched: the walk stops there.
   void note_transient(match_result& r, node_data const& c, std::int64_t k) const noexcept
@@ -1339,6 +1328,7 @@ class hiradix_tree {
     r.fastest_tokens[fastest_tier(c)] += t;
   }
 
+  /// Queues a device -> host backup of node `i` if it is on the device only and nothing is pending.
   void backup(std::uint32_t i)
   {
     node_data const& n = nodes_[i];

@@ -10,7 +10,7 @@
 
 #include <strata/error.hpp>
 #include <strata/geometry.hpp>
-#include <strata/index/hiradix_tree.hpp>
+#include <strata/types.hpp>
 
 #include <array>
 #include <cstdint>

@@ -17,7 +17,7 @@
 #include <strata/sim/workload.hpp>
 
 #include <algorithm>
-#include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <queue>
@@ -530,27 +530,6 @@ struct simulation_result {
   double makespan_s = 0;                  ///< last event
 };
 
-/// @brief Prints a progress bar on stderr for long runs.
-class progress_bar {
- public:
-  explicit progress_bar(std::int64_t total, bool enabled) : total_{total}, enabled_{enabled && total > 0} {}
-  void update(std::int64_t done)
-  {
-    if (!enabled_) { return; }
-    int const pct = int(done * 100 / total_);
-    if (pct == last_) { return; }
-    last_ = pct;
-    std::fprintf(stderr, "\r  [%-40s] %3d%% %lld/%lld requests", std::string(std::size_t(pct * 40 / 100), '#').c_str(),
-                 pct, (long long)done, (long long)total_);
-    if (done == total_) { std::fprintf(stderr, "\n"); }
-  }
-
- private:
-  std::int64_t total_;
-  bool enabled_;
-  int last_ = -1;
-};
-
 /**
  * @brief Simulates `w` on `instances` engines behind a cache-aware router (the instance with the
  *        longest prefix cached or being computed; the least loaded on ties).
@@ -560,7 +539,7 @@ class progress_bar {
  */
 template <scheduler_strategy Strategy>
 simulation_result simulate(workload const& w, engine_config const& config, Strategy const& strategy, int instances = 1,
-                           bool show_progress = false)
+                           std::function<void(std::int64_t done, std::int64_t total)> const& progress = {})
 {
   STRATA_EXPECTS(instances > 0, "simulate: instances must be positive, got ", instances);
   config.validate();  // before comparing its cost model with the workload
@@ -574,7 +553,6 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
   simulation_result result;
   result.strategy = Strategy::name;
   result.records.resize(w.requests.size());
-  progress_bar bar{std::int64_t(w.requests.size()), show_progress};
   // Arrivals: requests without a predecessor at their time; a closed-loop turn a think time after
   // its predecessor finishes.
   std::unordered_map<std::uint64_t, std::size_t> index_of;
@@ -613,7 +591,8 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
         }
       }
       target->arrive(r, result.records[i], at);
-      bar.update(++arrived);
+      ++arrived;
+      if (progress) { progress(arrived, std::int64_t(w.requests.size())); }
       continue;
     }
     if (soonest == nullptr) { break; }

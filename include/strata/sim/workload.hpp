@@ -10,7 +10,7 @@
 #pragma once
 
 #include <strata/error.hpp>
-#include <strata/index/hiradix_tree.hpp>
+#include <strata/types.hpp>
 
 #include <algorithm>
 #include <cmath>
