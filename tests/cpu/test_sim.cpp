@@ -1,10 +1,12 @@
 // Workloads, the engine simulator, and reports.
 #include "../support/catch.hpp"
 
+#include "../../tools/simulate/report.hpp"  // the simulator tool's summaries (not installed)
+
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
-#include <strata/sim/report.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -340,7 +342,7 @@ TEST_CASE("bad simulator configurations are rejected", "[cpu][sim]")
   CHECK_FALSE(r.records[0].served());
 }
 
-TEST_CASE("reports: percentiles, CSV, charts as PNG", "[cpu][sim]")
+TEST_CASE("reports: percentiles, CSV, chart data", "[cpu][sim]")
 {
   CHECK(percentile({1, 2, 3, 4}, 50) == 2);
   CHECK(percentile({1, 2, 3, 4}, 90) == 4);
@@ -357,14 +359,28 @@ TEST_CASE("reports: percentiles, CSV, charts as PNG", "[cpu][sim]")
     ++lines;
   }
   CHECK(lines == 2);
-  chart c{"TTFT", "S", "FRACTION", {ttft_cdf(r, "strata", palette[0])}, true};
-  write_charts_png("strata_plot.png", {c, c}, 2, 300, 200);
-  std::ifstream png{"strata_plot.png", std::ios::binary};
-  std::string const bytes{std::istreambuf_iterator<char>{png}, {}};
-  REQUIRE(bytes.size() > 100);
-  CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
-  CHECK(bytes.compare(12, 4, "IHDR") == 0);
-  CHECK(bytes.compare(bytes.size() - 12, 12, std::string("\0\0\0\0IEND\xae\x42\x60\x82", 12)) == 0);
+  // The CDF ends at 1 (the axis is [0, 1]), and its x values never go down.
+  auto const cdf = ttft_cdf(r, "strata", 10);
+  REQUIRE(cdf.x.size() == 2);  // one point per request when there are fewer requests than points
+  CHECK(cdf.y.back() == 1.0);
+  CHECK(std::is_sorted(cdf.x.begin(), cdf.x.end()));
+  // Chart data: one row per point, titles with commas and quotes quoted.
+  chart const c{"a, \"b\"", "TTFT (s)", "fraction", {cdf, series{"two", {1, 2}, {3, 4}}}, true, chart::kind::cdf};
+  write_chart_csv("strata_chart.csv", {c, c});
+  std::ifstream data{"strata_chart.csv"};
+  std::getline(data, header);
+  CHECK(header == "panel,title,x_label,y_label,x_scale,kind,series,x,y");
+  std::vector<std::string> rows;
+  while (std::getline(data, line)) {
+    rows.push_back(line);
+  }
+  REQUIRE(rows.size() == 2 * (2 + 2));
+  CHECK(rows[0].rfind("0,\"a, \"\"b\"\"\",TTFT (s),fraction,log,cdf,strata,", 0) == 0);
+  CHECK(rows.back() == "1,\"a, \"\"b\"\"\",TTFT (s),fraction,log,cdf,two,2,4");
+  STRATA_REQUIRE_THROWS(
+      invalid_argument, "series 'bad' has 1 x and 0 y values",
+      write_chart_csv("strata_chart.csv", {chart{"t", "x", "y", {series{"bad", {1}, {}}}, false, chart::kind::line}}));
+  CHECK(plot_command("/a b/plot.py", {"it's.csv"}) == "python3 '/a b/plot.py' 'it'\\''s.csv'");
   std::remove("strata_requests.csv");
-  std::remove("strata_plot.png");
+  std::remove("strata_chart.csv");
 }

@@ -1,15 +1,20 @@
 /**
- * @file sim/report.hpp
- * @brief Summaries of simulation results: TTFT percentiles, throughput, redundant prefill, I/O stall,
- *        bubble time filled, hit rates per tier; per-request CSV; text tables; TTFT CDFs.
+ * @file report.hpp
+ * @brief The simulator tool's reports (not installed): summaries of simulation results (TTFT
+ *        percentiles, throughput, redundant prefill, I/O stall, bubble time filled, hit rates per
+ *        tier), per-request CSV, text tables, and TTFT CDFs as chart data.
  */
 #pragma once
 
+#include "chart.hpp"
+
 #include <strata/sim/engine.hpp>
-#include <strata/sim/plot.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <ostream>
 #include <string>
@@ -129,16 +134,18 @@ inline void print_table(std::ostream& out, std::vector<summary> const& rows)
   }
 }
 
-/// @brief The TTFT CDF of a run as a chart series (at most `points` points).
-inline series ttft_cdf(simulation_result const& r, std::string label, std::uint32_t color, std::size_t points = 200)
+/// @brief The TTFT CDF of a run as a chart series (at most `points` + 1 distinct points, the last at 1).
+inline series ttft_cdf(simulation_result const& r, std::string label, std::size_t points = 200)
 {
   auto const t = ttfts(r);
-  series s{std::move(label), {}, {}, color};
+  series s{std::move(label), {}, {}};
   if (t.empty()) { return s; }
   for (std::size_t k = 0; k <= points; ++k) {
     std::size_t const i = std::min(t.size() - 1, k * t.size() / points);
-    s.x.push_back(std::max(t[i], 1e-3));
-    s.y.push_back(double(i + 1) / double(t.size()));
+    double const x = std::max(t[i], 1e-3), y = double(i + 1) / double(t.size());
+    if (!s.x.empty() && s.x.back() == x && s.y.back() == y) { continue; }  // fewer requests than points
+    s.x.push_back(x);
+    s.y.push_back(y);
   }
   return s;
 }

@@ -7,12 +7,18 @@
 //   simulate --trace requests.jsonl --strategy strata
 //   simulate --sweep --out docs/simulation      the acceptance sweeps (minutes)
 //   simulate --help
+//
+// A tool, built with the project and never installed: its reports, chart data and progress bar
+// live beside it; plot_charts.py (matplotlib) draws the charts.
+#include "chart.hpp"
+#include "progress.hpp"
+#include "report.hpp"
+
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
-#include <strata/sim/plot.hpp>
-#include <strata/sim/report.hpp>
 #include <strata/sim/workload.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,9 +27,13 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
+#include <type_traits>
 #include <vector>
 
 using namespace strata;
@@ -31,10 +41,31 @@ using namespace strata::sim;
 
 namespace {
 
+/// Bounds of what the command line and traces may ask for: beyond them a value is a typo or a unit
+/// mix-up, and the simulator's integer arithmetic (tokens, pages, seconds) stays far from overflow.
+namespace limits {
+constexpr std::int64_t max_requests = 10'000'000;
+constexpr double min_rate = 1e-3, max_rate = 1e6;  // requests/s
+constexpr int max_instances = 1024;
+constexpr std::int64_t max_tokens = 10'000'000;  // per request (prompt, output) and per prefill batch
+constexpr std::int64_t max_device_pages = std::int64_t{1} << 24;
+constexpr std::int64_t max_host_pages = std::int64_t{1} << 30;
+constexpr double max_seconds = 1e9;  // trace arrivals and think times (about 32 years)
+}  // namespace limits
+
+/// Defaults of the generated workloads: requests and arrival rate.
+struct workload_defaults {
+  char const* name;
+  std::int64_t requests;
+  double rate;
+};
+constexpr workload_defaults defaults_of[] = {
+    {"long_documents", 400, 1.5}, {"short_chat", 4000, 40}, {"multi_turn", 2000, 10}};
+
 struct options {
   std::string workload = "long_documents";
-  std::int64_t requests = 0;  // 0: the workload's default
-  double rate = 0;            // 0: the workload's default
+  std::optional<std::int64_t> requests;  // unset: the workload's default (defaults_of)
+  std::optional<double> rate;            // unset: the workload's default
   std::uint64_t seed = 1;
   std::string strategy = "all";
   std::string system = "gpu_assisted";
@@ -46,86 +77,120 @@ struct options {
   bool sweep = false;
   bool progress = false;
   std::int64_t budget = 8192;
-  std::int64_t device_pages = -1, host_pages = -1;  // -1: the defaults of engine_for
+  std::optional<std::int64_t> device_pages, host_pages;  // unset: the defaults of engine_for
 };
 
 [[noreturn]] void usage(int code)
 {
   std::printf(
       "usage: simulate [options]\n"
-      "  --workload long_documents|short_chat|multi_turn   (default long_documents)\n"
-      "  --trace FILE [--trace-pages]    replay CSV / JSON lines instead (see sim/workload.hpp)\n"
-      "  --requests N --rate R --seed S  size, arrival rate (requests/s), seed\n"
+      "  --workload long_documents|short_chat|multi_turn   generated workload (default long_documents)\n"
+      "  --requests N                    requests to generate, 1..%lld (default: long_documents 400,\n"
+      "                                  short_chat 4000, multi_turn 2000)\n"
+      "  --rate R                        arrival rate, requests/s, %g..%g (default: long_documents 1.5,\n"
+      "                                  short_chat 40, multi_turn 10)\n"
+      "  --seed S                        random seed, 0..2^64-1 (default 1)\n"
+      "  --trace FILE [--trace-pages]    replay CSV / JSON lines instead (see sim/workload.hpp); arrivals\n"
+      "                                  below %g s, at most %lld prompt or output tokens per request\n"
       "  --strategy fifo|longest_prefix|strata|all         (default all)\n"
       "  --no-delay-hits --no-balance --no-bubbles          switch strata's ideas off one by one\n"
       "  --system gpu_assisted|batched_dma|per_block_dma   transfer system (default gpu_assisted)\n"
-      "  --instances N                   engines behind a cache-aware router\n"
-      "  --budget TOKENS --device-pages N --host-pages N\n"
-      "  --out DIR                       per-request CSV, summary.md, ttft_cdf.png\n"
-      "  --sweep                         acceptance sweeps (50/80/95%% load, 3 seeds, every workload)\n"
-      "  --progress                      progress bar\n");
+      "  --instances N                   engines behind a cache-aware router, 1..%d (default 1)\n"
+      "  --budget TOKENS                 prefill tokens per batch, 1..%lld (default 8192)\n"
+      "  --device-pages N                KV pool pages of 32 tokens, 1..%lld (default 12288; 6144 for\n"
+      "                                  long_documents)\n"
+      "  --host-pages N                  host tier pages, 0 (none)..%lld (default 131072)\n"
+      "  --out DIR                       per-request CSV, summary.md, chart data ttft_cdf.csv and, with\n"
+      "                                  python3 + matplotlib, ttft_cdf.png (created if missing)\n"
+      "  --sweep                         acceptance sweeps (50/80/95%% load, 3 seeds, every workload); takes\n"
+      "                                  only --out (default sweep/), --budget, --device-pages, --host-pages\n"
+      "  --progress                      progress bar (on by itself from 20000 requests)\n"
+      "exit status: 0 done, 1 failed (files, saturation search), 2 bad option or trace,\n"
+      "             3 requests turned away (a prompt larger than the KV pool)\n",
+      (long long)limits::max_requests, limits::min_rate, limits::max_rate, limits::max_seconds,
+      (long long)limits::max_tokens, limits::max_instances, (long long)limits::max_tokens,
+      (long long)limits::max_device_pages, (long long)limits::max_host_pages);
   std::exit(code);
 }
 
+/// An option's value as an integer in [lo, hi]: the whole text, named with the option when it is not.
+template <class Int>
+Int integer_value(std::string const& option, std::string const& text, Int lo, Int hi)
+{
+  Int v{};
+  auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  bool const too_large = ec == std::errc::result_out_of_range;
+  bool const whole = (ec == std::errc{} || too_large) && end == text.data() + text.size();
+  STRATA_EXPECTS(whole, option, ": '", text, "' is not ",
+                 std::is_signed_v<Int> ? "an integer" : "a non-negative integer");
+  STRATA_EXPECTS(!too_large && v >= lo && v <= hi, option, " must be in ", lo, "..", hi, ", got ", text);
+  return v;
+}
+
+/// An option's value as a finite number in [lo, hi].
+double number_value(std::string const& option, std::string const& text, double lo, double hi)
+{
+  double v = 0;
+  auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  bool const whole = (ec == std::errc{} || ec == std::errc::result_out_of_range) && end == text.data() + text.size();
+  STRATA_EXPECTS(whole, option, ": '", text, "' is not a number");
+  STRATA_EXPECTS(ec == std::errc{} && std::isfinite(v) && v >= lo && v <= hi, option, " must be in ", lo, "..", hi,
+                 ", got ", text);
+  return v;
+}
+
+/// @throw strata::invalid_argument naming the option and the value it cannot take
 options parse(int argc, char** argv)
 {
   options o;
   auto value = [&](int& i) -> std::string {
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "simulate: %s needs a value\n", argv[i]);
-      usage(2);
-    }
+    STRATA_EXPECTS(i + 1 < argc, argv[i], " needs a value");
     return argv[++i];
   };
-  try {
-    for (int i = 1; i < argc; ++i) {
-      std::string const a = argv[i];
-      if (a == "--workload") {
-        o.workload = value(i);
-      } else if (a == "--requests") {
-        o.requests = std::stoll(value(i));
-      } else if (a == "--rate") {
-        o.rate = std::stod(value(i));
-      } else if (a == "--seed") {
-        o.seed = std::stoull(value(i));
-      } else if (a == "--strategy") {
-        o.strategy = value(i);
-      } else if (a == "--system") {
-        o.system = value(i);
-      } else if (a == "--no-delay-hits") {
-        o.delay_hits = false;
-      } else if (a == "--no-balance") {
-        o.balance = false;
-      } else if (a == "--no-bubbles") {
-        o.bubbles = false;
-      } else if (a == "--instances") {
-        o.instances = std::stoi(value(i));
-      } else if (a == "--trace") {
-        o.trace = value(i);
-      } else if (a == "--trace-pages") {
-        o.trace_pages = true;
-      } else if (a == "--out") {
-        o.out = value(i);
-      } else if (a == "--sweep") {
-        o.sweep = true;
-      } else if (a == "--progress") {
-        o.progress = true;
-      } else if (a == "--budget") {
-        o.budget = std::stoll(value(i));
-      } else if (a == "--device-pages") {
-        o.device_pages = std::stoll(value(i));
-      } else if (a == "--host-pages") {
-        o.host_pages = std::stoll(value(i));
-      } else if (a == "--help" || a == "-h") {
-        usage(0);
-      } else {
-        std::fprintf(stderr, "simulate: unknown option %s\n", a.c_str());
-        usage(2);
-      }
+  for (int i = 1; i < argc; ++i) {
+    std::string const a = argv[i];
+    if (a == "--workload") {
+      o.workload = value(i);
+    } else if (a == "--requests") {
+      o.requests = integer_value<std::int64_t>(a, value(i), 1, limits::max_requests);
+    } else if (a == "--rate") {
+      o.rate = number_value(a, value(i), limits::min_rate, limits::max_rate);
+    } else if (a == "--seed") {
+      o.seed = integer_value<std::uint64_t>(a, value(i), 0, std::numeric_limits<std::uint64_t>::max());
+    } else if (a == "--strategy") {
+      o.strategy = value(i);
+    } else if (a == "--system") {
+      o.system = value(i);
+    } else if (a == "--no-delay-hits") {
+      o.delay_hits = false;
+    } else if (a == "--no-balance") {
+      o.balance = false;
+    } else if (a == "--no-bubbles") {
+      o.bubbles = false;
+    } else if (a == "--instances") {
+      o.instances = integer_value<int>(a, value(i), 1, limits::max_instances);
+    } else if (a == "--trace") {
+      o.trace = value(i);
+    } else if (a == "--trace-pages") {
+      o.trace_pages = true;
+    } else if (a == "--out") {
+      o.out = value(i);
+      STRATA_EXPECTS(!o.out.empty(), "--out needs a folder, got ''");
+    } else if (a == "--sweep") {
+      o.sweep = true;
+    } else if (a == "--progress") {
+      o.progress = true;
+    } else if (a == "--budget") {
+      o.budget = integer_value<std::int64_t>(a, value(i), 1, limits::max_tokens);
+    } else if (a == "--device-pages") {
+      o.device_pages = integer_value<std::int64_t>(a, value(i), 1, limits::max_device_pages);
+    } else if (a == "--host-pages") {
+      o.host_pages = integer_value<std::int64_t>(a, value(i), 0, limits::max_host_pages);
+    } else if (a == "--help" || a == "-h") {
+      usage(0);
+    } else {
+      STRATA_EXPECTS(false, "unknown option '", a, "' (simulate --help lists them)");
     }
-  } catch (std::logic_error const&) {
-    std::fprintf(stderr, "simulate: a numeric option has a value that is not a number\n");
-    usage(2);
   }
   return o;
 }
@@ -145,8 +210,8 @@ engine_config engine_for(options const& o, io_costs const& io, std::string const
 {
   engine_config c;
   c.costs = h200::costs(models::llama31_8b, io);
-  c.device_pages = o.device_pages >= 0 ? o.device_pages : (workload == "long_documents" ? 6144 : 12288);
-  c.host_pages = o.host_pages >= 0 ? o.host_pages : 131072;  // 0: no host tier
+  c.device_pages = o.device_pages.value_or(workload == "long_documents" ? 6144 : 12288);
+  c.host_pages = o.host_pages.value_or(131072);  // 0: no host tier
   c.token_budget = o.budget;
   return c;
 }
@@ -158,33 +223,43 @@ struct document_mix {
   double zipf = 0.3;
 };
 
-workload make_workload(std::string const& name, std::int64_t requests, double rate, std::uint64_t seed,
-                       document_mix mix = {})
+/// The defaults of a generated workload.
+/// @throw strata::invalid_argument for an unknown workload
+workload_defaults const& defaults_for(std::string const& name)
 {
+  for (auto const& d : defaults_of) {
+    if (name == d.name) { return d; }
+  }
+  throw invalid_argument("strata: unknown workload '" + name + "' (long_documents, short_chat, multi_turn)");
+}
+
+workload make_workload(std::string const& name, std::optional<std::int64_t> requests, std::optional<double> rate,
+                       std::uint64_t seed, document_mix mix = {})
+{
+  auto const& d = defaults_for(name);
+  std::int64_t const n = requests.value_or(d.requests);
+  double const r = rate.value_or(d.rate);
   if (name == "long_documents") {
-    return long_documents({.requests = requests > 0 ? requests : 400,
-                           .rate = rate > 0 ? rate : 1.5,
+    return long_documents({.requests = n,
+                           .rate = r,
                            .seed = seed,
                            .documents = mix.documents,
                            .questions_per_visit = 1.5,
                            .zipf = mix.zipf});
   }
-  if (name == "short_chat") {
-    return short_chat({.requests = requests > 0 ? requests : 4000, .rate = rate > 0 ? rate : 40, .seed = seed});
-  }
-  if (name == "multi_turn") {
-    return multi_turn({.requests = requests > 0 ? requests : 2000, .rate = rate > 0 ? rate : 10, .seed = seed});
-  }
-  throw invalid_argument("strata: unknown workload '" + name + "' (long_documents, short_chat, multi_turn)");
+  if (name == "short_chat") { return short_chat({.requests = n, .rate = r, .seed = seed}); }
+  return multi_turn({.requests = n, .rate = r, .seed = seed});
 }
 
 /// Runs one strategy by name.
 simulation_result run(std::string const& strategy, workload const& w, engine_config const& c, strata_options const& so,
                       int instances, bool progress)
 {
-  if (strategy == "fifo") { return simulate(w, c, fifo{}, instances, progress); }
-  if (strategy == "longest_prefix") { return simulate(w, c, longest_prefix{}, instances, progress); }
-  if (strategy == "strata") { return simulate(w, c, strata_scheduler{so}, instances, progress); }
+  progress_bar bar{std::int64_t(w.requests.size()), progress};
+  auto report = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
+  if (strategy == "fifo") { return simulate(w, c, fifo{}, instances, report); }
+  if (strategy == "longest_prefix") { return simulate(w, c, longest_prefix{}, instances, report); }
+  if (strategy == "strata") { return simulate(w, c, strata_scheduler{so}, instances, report); }
   throw invalid_argument("strata: unknown strategy '" + strategy + "' (fifo, longest_prefix, strata, all)");
 }
 
@@ -197,6 +272,77 @@ std::string ablation_label(strata_options const& so)
   if (so.balance && so.short_percent == 0) { l += " -short-first"; }
   if (so.balance && so.max_postponements > 0) { l += " +load-trimming"; }
   return l;
+}
+
+/// Creates `--out` (and its parents) and checks that a file can be written there, before anything runs.
+/// @throw strata::invalid_argument naming the folder and the reason
+void prepare_out(std::string const& dir)
+{
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  STRATA_EXPECTS(!ec, "--out ", dir, ": cannot create the folder (", ec.message(), ")");
+  STRATA_EXPECTS(std::filesystem::is_directory(dir, ec), "--out ", dir, ": not a folder");
+  auto const probe = std::filesystem::path{dir} / ".simulate_write_check";
+  bool written = false;
+  {
+    std::ofstream f{probe};
+    written = f.good() && (f << "ok").flush().good();
+  }
+  std::filesystem::remove(probe, ec);
+  STRATA_EXPECTS(written, "--out ", dir, ": cannot write in the folder");
+}
+
+/// Checks a replayed trace against the tool's bounds (`limits`): finite arrivals and think times
+/// below limits::max_seconds, token counts up to limits::max_tokens, and whole pages of ids that
+/// match prompt_tokens (prompt_tokens / page_tokens of them).
+/// @throw strata::invalid_argument naming the trace and the request (in arrival order)
+void check_trace(workload const& w, std::string const& path)
+{
+  for (auto const& r : w.requests) {
+    auto const pages = std::int64_t((r.shared ? r.shared->size() : 0) + r.own.size());
+    auto const where = [&] {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "request %llu (arrival %.6g s)", (unsigned long long)r.id.value, r.arrival_s);
+      return std::string(buf);
+    };
+    STRATA_EXPECTS(std::isfinite(r.arrival_s) && r.arrival_s >= 0 && r.arrival_s < limits::max_seconds &&
+                       std::isfinite(r.think_s) && r.think_s >= 0 && r.think_s < limits::max_seconds,
+                   "--trace ", path, ": ", where(), ": arrival and think time must be finite, in [0, ",
+                   limits::max_seconds, ") s");
+    STRATA_EXPECTS(r.prompt_tokens >= 1 && r.prompt_tokens <= limits::max_tokens && r.output_tokens >= 1 &&
+                       r.output_tokens <= limits::max_tokens,
+                   "--trace ", path, ": ", where(), ": prompt_tokens ", r.prompt_tokens, " and output_tokens ",
+                   r.output_tokens, " must be in 1..", limits::max_tokens);
+    STRATA_EXPECTS(pages == r.prompt_tokens / w.page_tokens, "--trace ", path, ": ", where(), ": prompt_tokens ",
+                   r.prompt_tokens, " is ", r.prompt_tokens / w.page_tokens, " whole pages of ", w.page_tokens,
+                   " tokens, but its ids make ", pages);
+  }
+}
+
+/// Draws chart CSVs as PNGs beside them with plot_charts.py when python3 has matplotlib; says how
+/// otherwise. Charts are an extra: their failure is reported, not fatal.
+void render_charts(std::vector<std::string> const& csvs)
+{
+#ifndef STRATA_PLOT_CHARTS_SCRIPT
+#define STRATA_PLOT_CHARTS_SCRIPT "tools/simulate/plot_charts.py"
+#endif
+  std::string const script = STRATA_PLOT_CHARTS_SCRIPT;
+  std::string const cmd = plot_command(script, csvs);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(script, ec)) {
+    std::fprintf(stderr, "simulate: charts not drawn: no %s; draw them with tools/simulate/plot_charts.py\n",
+                 script.c_str());
+    return;
+  }
+  if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr,
+                 "simulate: charts not drawn: python3 with matplotlib not found (python3 -m pip install matplotlib); "
+                 "then run:\n  %s\n",
+                 cmd.c_str());
+    return;
+  }
+  std::fflush(stdout);
+  if (std::system(cmd.c_str()) != 0) { std::fprintf(stderr, "simulate: drawing the charts failed: %s\n", cmd.c_str()); }
 }
 
 // --- the acceptance sweeps --------------------------------------------------------------------------
@@ -292,7 +438,7 @@ summary const& row_of(std::vector<sweep_row> const& rows, std::string const& w, 
 int run_sweep(options const& o)
 {
   std::string const dir = o.out.empty() ? "sweep" : o.out;
-  std::filesystem::create_directories(dir);
+  prepare_out(dir);
   std::vector<std::string> const workloads{"long_documents", "short_chat", "multi_turn"};
   std::map<std::string, std::int64_t> const sizes{
       {"long_documents", 1200}, {"short_chat", 6000}, {"multi_turn", 20000}};
@@ -333,12 +479,13 @@ int run_sweep(options const& o)
           bool const plotted = label.rfind("strata ", 0) != 0;  // ablations ("strata -x", "strata +x"): tables only
           if (load == 0.8 && seed == 1 && plotted) {
             if (cdfs.empty() || cdfs.back().title.find(wname) == std::string::npos) {
-              cdfs.push_back(chart{wname + ", 80% load: TTFT CDF", "TTFT (S, LOG)", "FRACTION", {}, true});
+              cdfs.push_back(chart{
+                  wname + ", 80% load: TTFT CDF", "TTFT (s)", "fraction of requests", {}, true, chart::kind::cdf});
             }
             std::string const short_label = label.rfind("vLLM", 0) == 0     ? "vLLM-like system"
                                             : label.rfind("SGLang", 0) == 0 ? "SGLang-like system"
                                                                             : label;
-            cdfs.back().lines.push_back(ttft_cdf(r, short_label, palette[cdfs.back().lines.size() % 7]));
+            cdfs.back().lines.push_back(ttft_cdf(r, short_label));
           }
         };
         add("fifo", run("fifo", w, fast, {}, 1, false));
@@ -360,12 +507,17 @@ int run_sweep(options const& o)
         std::fprintf(stderr, "  %s load %.2f seed %llu done\n", wname.c_str(), load, (unsigned long long)seed);
       }
     }
-    chart curve{wname + ": mean TTFT vs load", "LOAD (FRACTION OF SATURATION)", "TTFT (S)", {}, false};
+    chart curve{wname + ": mean TTFT vs load",
+                "load (fraction of the saturating rate)",
+                "mean TTFT (s)",
+                {},
+                false,
+                chart::kind::line};
     std::vector<std::string> const shown{"fifo", "longest_prefix", "strata", "vLLM-like: per-block DMA + fifo",
                                          "SGLang-like: batched DMA + longest_prefix"};
     for (std::size_t k = 0; k < shown.size(); ++k) {
       std::string const name = k == 3 ? "vLLM-like system" : k == 4 ? "SGLang-like system" : shown[k];
-      series s{name, {}, {}, palette[k]};
+      series s{name, {}, {}};
       for (double load : loads) {
         s.x.push_back(load);
         s.y.push_back(mean_of(rows, wname, shown[k], load, &summary::ttft_mean));
@@ -375,8 +527,8 @@ int run_sweep(options const& o)
     curves.push_back(curve);
   }
   double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  write_charts_png(dir + "/ttft_cdf_80.png", cdfs, 3);
-  write_charts_png(dir + "/ttft_vs_load.png", curves, 3);
+  write_chart_csv(dir + "/ttft_cdf_80.csv", cdfs);
+  write_chart_csv(dir + "/ttft_vs_load.csv", curves);
 
   std::ofstream md{dir + "/sweep.md"};
   engine_config const docs_config = engine_for(o, h200::gpu_assisted_io(), "long_documents"),
@@ -561,8 +713,20 @@ int run_sweep(options const& o)
         << r.s.redundant_tokens << ',' << r.s.delay_hit_deferrals << ',' << r.s.io_stall_s << ',' << r.s.bubble_filled_s
         << ',' << r.s.hit_rate[0] << ',' << r.s.hit_rate[1] << '\n';
   }
-  std::printf("sweep: %zu runs in %.0f s; %s/sweep.md, sweep.csv, ttft_cdf_80.png, ttft_vs_load.png\n", rows.size(),
-              seconds, dir.c_str());
+  std::printf("sweep: %zu runs in %.0f s; %s/sweep.md, sweep.csv, chart data ttft_cdf_80.csv, ttft_vs_load.csv\n",
+              rows.size(), seconds, dir.c_str());
+  render_charts({dir + "/ttft_cdf_80.csv", dir + "/ttft_vs_load.csv"});
+  std::int64_t rejected = 0;
+  for (auto const& r : rows) {
+    rejected += r.s.rejected;
+  }
+  if (rejected > 0) {
+    std::fprintf(stderr,
+                 "simulate: %lld requests turned away over the sweep's runs: prompts larger than the KV pool "
+                 "(raise --device-pages)\n",
+                 (long long)rejected);
+    return 3;
+  }
   return 0;
 }
 
@@ -570,27 +734,37 @@ int run_sweep(options const& o)
 
 int main(int argc, char** argv)
 {
-  options const o = parse(argc, argv);
   try {
-    STRATA_EXPECTS(o.instances > 0, "--instances must be positive, got ", o.instances);
-    STRATA_EXPECTS(o.rate >= 0, "--rate must not be negative, got ", o.rate);
-    STRATA_EXPECTS(o.requests >= 0, "--requests must not be negative, got ", o.requests);
-    STRATA_EXPECTS(o.device_pages == -1 || o.device_pages > 0, "--device-pages must be positive, got ", o.device_pages);
-    STRATA_EXPECTS(o.host_pages == -1 || o.host_pages >= 0, "--host-pages must not be negative, got ", o.host_pages);
+    options const o = parse(argc, argv);
     if (o.sweep) {
       // The sweep fixes its workloads, strategies and systems; it takes only pool sizes and budget.
       options const defaults;
       STRATA_EXPECTS(o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
                          o.workload == defaults.workload && o.seed == defaults.seed && o.trace.empty() &&
-                         !o.trace_pages && !o.progress && o.delay_hits && o.balance && o.bubbles && o.rate == 0 &&
-                         o.requests == 0,
+                         !o.trace_pages && !o.progress && o.delay_hits && o.balance && o.bubbles && !o.rate &&
+                         !o.requests,
                      "--sweep takes only --out, --budget, --device-pages and --host-pages");
       return run_sweep(o);
     }
+    options const defaults;
+    STRATA_EXPECTS(
+        o.trace.empty() || (o.workload == defaults.workload && !o.requests && !o.rate && o.seed == defaults.seed),
+        "--trace replays its own requests: --workload, --requests, --rate and --seed do not apply");
+    STRATA_EXPECTS(!o.trace_pages || !o.trace.empty(), "--trace-pages needs --trace");
+    STRATA_EXPECTS(
+        o.strategy == "all" || o.strategy == "fifo" || o.strategy == "longest_prefix" || o.strategy == "strata",
+        "unknown strategy '", o.strategy, "' (fifo, longest_prefix, strata, all)");
+    if (o.trace.empty()) { (void)defaults_for(o.workload); }
     engine_config const c = engine_for(o, system_io(o.system), o.trace.empty() ? o.workload : "");
     c.validate();
-    workload const w = o.trace.empty() ? make_workload(o.workload, o.requests, o.rate, o.seed)
-                                       : replay(o.trace, c.costs.page_tokens(), o.trace_pages);
+    if (!o.out.empty()) { prepare_out(o.out); }
+    workload w;
+    if (o.trace.empty()) {
+      w = make_workload(o.workload, o.requests, o.rate, o.seed);
+    } else {
+      w = replay(o.trace, c.costs.page_tokens(), o.trace_pages);
+      check_trace(w, o.trace);
+    }
     strata_options so;
     so.delay_hits = o.delay_hits;
     so.balance = o.balance;
@@ -610,19 +784,31 @@ int main(int argc, char** argv)
       rows.push_back(summarize(r, s == "strata" ? ablation_label(so) : s));
       std::fprintf(stderr, "%s: simulated in %.2f s of wall time\n", s.c_str(), wall);
       if (!o.out.empty()) {
-        std::filesystem::create_directories(o.out);
         write_requests_csv(o.out + "/requests_" + s + ".csv", r);
-        cdf.push_back(ttft_cdf(r, s, palette[cdf.size() % 7]));
+        cdf.push_back(ttft_cdf(r, s));
       }
     }
     print_table(std::cout, rows);
     if (!o.out.empty()) {
       std::ofstream md{o.out + "/summary.md"};
       print_table(md, rows);
-      write_charts_png(o.out + "/ttft_cdf.png", {chart{w.name + ": TTFT CDF", "TTFT (S, LOG)", "FRACTION", cdf, true}},
-                       1);
-      std::printf("\nwrote %s/summary.md, requests_*.csv, ttft_cdf.png\n", o.out.c_str());
+      write_chart_csv(o.out + "/ttft_cdf.csv",
+                      {chart{w.name + ": TTFT CDF", "TTFT (s)", "fraction of requests", cdf, true, chart::kind::cdf}});
+      std::printf("\nwrote %s/summary.md, requests_*.csv, chart data ttft_cdf.csv\n", o.out.c_str());
+      render_charts({o.out + "/ttft_cdf.csv"});
     }
+    int status = 0;
+    for (auto const& row : rows) {
+      if (row.rejected > 0) {
+        std::fprintf(stderr,
+                     "simulate: %s turned away %lld of %zu requests: prompts larger than the KV pool (%lld pages of "
+                     "%lld tokens; raise --device-pages)\n",
+                     row.label.c_str(), (long long)row.rejected, w.requests.size(), (long long)c.device_pages,
+                     (long long)c.costs.page_tokens());
+        status = 3;
+      }
+    }
+    return status;
   } catch (strata::invalid_argument const& e) {
     std::fprintf(stderr, "simulate: %s\n", e.what());
     return 2;
@@ -630,5 +816,4 @@ int main(int argc, char** argv)
     std::fprintf(stderr, "simulate: %s\n", e.what());
     return 1;
   }
-  return 0;
 }
