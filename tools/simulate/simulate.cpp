@@ -736,9 +736,9 @@ int main(int argc, char** argv)
 {
   try {
     options const o = parse(argc, argv);
+    options const defaults;
     if (o.sweep) {
       // The sweep fixes its workloads, strategies and systems; it takes only pool sizes and budget.
-      options const defaults;
       STRATA_EXPECTS(o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
                          o.workload == defaults.workload && o.seed == defaults.seed && o.trace.empty() &&
                          !o.trace_pages && !o.progress && o.delay_hits && o.balance && o.bubbles && !o.rate &&
@@ -746,7 +746,6 @@ int main(int argc, char** argv)
                      "--sweep takes only --out, --budget, --device-pages and --host-pages");
       return run_sweep(o);
     }
-    options const defaults;
     STRATA_EXPECTS(
         o.trace.empty() || (o.workload == defaults.workload && !o.requests && !o.rate && o.seed == defaults.seed),
         "--trace replays its own requests: --workload, --requests, --rate and --seed do not apply");
