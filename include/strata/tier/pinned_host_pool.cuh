@@ -80,6 +80,13 @@ class pinned_host_pool {
   }
   pinned_host_pool(pinned_host_pool const&) = delete;
   pinned_host_pool& operator=(pinned_host_pool const&) = delete;
+  /**
+   * @brief Frees the memory. The owner must first have completed every transfer that reads or
+   *        writes it (`transfer_handle::synchronize`, or a synchronised stream): the pool does not
+   *        know the streams its pages travel on. It does not rely on `cudaFreeHost` /
+   *        `cudaHostUnregister` synchronising the device (they happen to, today), and it does not
+   *        call `cudaDeviceSynchronize` either, which would also wait for unrelated work.
+   */
   ~pinned_host_pool() { release_chunks(); }
 
   /// @brief The records as a layout (host addresses, which are also the device addresses).

@@ -109,10 +109,17 @@ class transfer_handle {
     for (auto e : state_->raw) { STRATA_CUDA_TRY(cudaEventSynchronize(e)); }
   }
 
-  /// @brief True once the whole transfer has landed (never blocks).
+  /**
+   * @brief True once the whole transfer has landed (never blocks). A failed transfer is not done:
+   *        it never lands.
+   * @throw the submit thread's error, if enqueueing failed there (see `failed`)
+   * @throw strata::cuda_error if querying an event fails (an earlier asynchronous error)
+   */
   [[nodiscard]] bool done() const
   {
-    if (!valid() || state_->recorded.load(std::memory_order_acquire) < state_->raw.size()) { return false; }
+    if (!valid()) { return false; }
+    if (state_->failed.load(std::memory_order_acquire)) { rethrow(); }
+    if (state_->recorded.load(std::memory_order_acquire) < state_->raw.size()) { return false; }
     for (auto e : state_->raw) {
       cudaError_t const r = cudaEventQuery(e);
       if (r == cudaErrorNotReady) { return false; }
@@ -120,6 +127,9 @@ class transfer_handle {
     }
     return true;
   }
+
+  /// @brief Whether enqueueing the transfer failed (on a submit thread); never blocks or throws.
+  [[nodiscard]] bool failed() const noexcept { return valid() && state_->failed.load(std::memory_order_acquire); }
 
   /// @brief The event of the last layer to land (the whole transfer's, for `completion::whole`).
   [[nodiscard]] cudaEvent_t done_event() const
@@ -144,6 +154,7 @@ class transfer_handle {
       std::lock_guard lock{state_->m};
       state_->error = std::move(e);
     }
+    state_->failed.store(true, std::memory_order_release);
     mark_recorded(state_->raw.size());
   }
 
@@ -154,6 +165,7 @@ class transfer_handle {
     std::atomic<std::size_t> recorded{0};
     std::mutex m;
     std::exception_ptr error;
+    std::atomic<bool> failed{false};
   };
   [[nodiscard]] std::size_t index(std::int64_t layer) const noexcept
   {
@@ -165,8 +177,16 @@ class transfer_handle {
          r = state_->recorded.load(std::memory_order_acquire)) {
       state_->recorded.wait(r, std::memory_order_acquire);
     }
-    std::lock_guard lock{state_->m};
-    if (state_->error) { std::rethrow_exception(state_->error); }
+    if (state_->failed.load(std::memory_order_acquire)) { rethrow(); }
+  }
+  [[noreturn]] void rethrow() const
+  {
+    std::exception_ptr e;
+    {
+      std::lock_guard lock{state_->m};
+      e = state_->error;
+    }
+    std::rethrow_exception(e);
   }
 
   std::shared_ptr<state> state_;

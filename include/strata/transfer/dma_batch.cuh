@@ -25,7 +25,7 @@ struct dma_batch_config {
   /// Ask the driver to prefer overlapping the copies with compute (`CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`).
   bool prefer_overlap_with_compute = false;
   /// Use `cuMemcpyBatchAsync` where the driver has it; false submits one `cudaMemcpyAsync` per run
-  /// (the fallback, also taken when the driver lacks the batch API).
+  /// (the fallback, also taken when the driver lacks the batch API and on the legacy stream 0).
   bool use_batch_api = true;
 };
 
@@ -80,6 +80,10 @@ struct batch_entry_points {
  * microsecond (measured on the H200): submit from a `submit_thread` so the engine's thread never
  * blocks. Source access order is "stream": a copy never reads its source before earlier work on
  * the stream (a compute kernel still writing a page being backed up) has finished.
+ *
+ * On the legacy default stream (stream 0, PyTorch's default stream) the batch API is refused by the
+ * driver, so there every run goes through its own `cudaMemcpyAsync` (the fallback), at that
+ * fallback's CPU cost; use a created stream for the batch path.
  */
 class dma_batch {
  public:
@@ -132,7 +136,8 @@ class dma_batch {
   void flush(cudaStream_t stream)
   {
     auto const& api = detail::batch_entry_points::get();
-    if (!api.available() || !config_.use_batch_api) {
+    bool const legacy = stream == nullptr || stream == cudaStreamLegacy;  // the batch API rejects it
+    if (!api.available() || !config_.use_batch_api || legacy) {
       for (std::size_t i = 0; i < sizes_.size(); ++i) {
         STRATA_CUDA_TRY(cudaMemcpyAsync(reinterpret_cast<void*>(dsts_[i]), reinterpret_cast<void const*>(srcs_[i]),
                                         sizes_[i], cudaMemcpyDefault, stream));

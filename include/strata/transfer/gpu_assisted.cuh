@@ -8,6 +8,7 @@
 #include <strata/transfer/backend.cuh>
 #include <strata/transfer/detail/copy_kernel.cuh>
 #include <strata/transfer/detail/descriptor_ring.cuh>
+#include <strata/transfer/detail/kernel_checks.cuh>
 
 namespace strata {
 
@@ -47,8 +48,10 @@ inline int sms_left_for_compute(gpu_assisted_config const& config)
  *
  * Host memory must be pinned and device-mapped (`cudaHostAlloc`, or `cudaHostRegister` with
  * `cudaHostRegisterMapped`; on 64-bit Linux its device address equals its host address), and every
- * block 16-byte aligned. Per-layer completion launches one kernel per layer; otherwise one kernel
- * moves every layer.
+ * block 16-byte aligned, with head rows (or whatever both layouts hold contiguously) of whole
+ * 16-byte vectors. All of it is checked before anything is enqueued. Per-layer completion launches
+ * one kernel per layer; otherwise one kernel moves every layer. Several transfers may be in flight
+ * on one instance at once (each has its own region of the descriptor ring).
  */
 class gpu_assisted {
  public:
@@ -70,39 +73,41 @@ class gpu_assisted {
 
   /**
    * @brief Enqueues a validated plan (see `transfer_backend`).
-   * @throw strata::invalid_argument when a block is not 16-byte aligned (checked per layer and
-   *        plane on the first pair: every other block is a multiple of 16 bytes away)
+   * @throw strata::invalid_argument, before anything is enqueued, when a block is not 16-byte
+   *        aligned, a segment is not a whole number of 16-byte vectors, or a block lies in memory
+   *        the device cannot dereference (pageable host memory): see `detail::check_kernel_copy`
    */
   template <kv_layout Src, kv_layout Dst>
   void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
   {
-    kv_geometry const g = plan.src.geometry();
-    page_pair const first = plan.pages[0];
-    for (std::int64_t l = plan.layers.begin; l < plan.layers.end; ++l) {
-      for (std::int64_t k = 0; k < g.planes; ++k) {
-        auto const s = reinterpret_cast<std::uintptr_t>(plan.src.block(first.src, l, k).data);
-        auto const d = reinterpret_cast<std::uintptr_t>(plan.dst.block(first.dst, l, k).data);
-        STRATA_EXPECTS(s % 16 == 0 && d % 16 == 0, name, ": layer ", l, " plane ", k,
-                       " is not 16-byte aligned in the ", s % 16 != 0 ? Src::name : Dst::name, " layout");
-      }
-    }
-    auto const shape = detail::make_segment_shape(g, plan.src.block(first.src, plan.layers.begin, 0),
-                                                  plan.dst.block(first.dst, plan.layers.begin, 0));
+    auto const shape = detail::check_kernel_copy(plan.src, plan.dst, plan.pages[0], plan.layers, name, &access_);
     std::size_t const bytes = plan.pages.size() * sizeof(page_pair);
     auto const region = ring_.acquire(bytes);
-    std::memcpy(region.host, plan.pages.data(), bytes);
-    detail::descriptor_ring::upload(region, bytes, stream);
-    auto const* pairs = reinterpret_cast<page_pair const*>(region.device);
-    auto const n = static_cast<std::int64_t>(plan.pages.size());
-    if (layer_events.empty()) {
-      launch(plan.src, plan.dst, pairs, n, plan.layers.begin, plan.layers.size(), shape, stream);
-    } else {
-      for (std::int64_t l = plan.layers.begin; l < plan.layers.end; ++l) {
-        launch(plan.src, plan.dst, pairs, n, l, 1, shape, stream);
-        STRATA_CUDA_TRY(cudaEventRecord(layer_events[static_cast<std::size_t>(l - plan.layers.begin)], stream));
+    try {
+      std::memcpy(region.host, plan.pages.data(), bytes);
+      detail::descriptor_ring::upload(region, bytes, stream);
+      auto const* pairs = reinterpret_cast<page_pair const*>(region.device);
+      auto const n = static_cast<std::int64_t>(plan.pages.size());
+      if (layer_events.empty()) {
+        launch(plan.src, plan.dst, pairs, n, plan.layers.begin, plan.layers.size(), shape, stream);
+      } else {
+        for (std::int64_t l = plan.layers.begin; l < plan.layers.end; ++l) {
+          launch(plan.src, plan.dst, pairs, n, l, 1, shape, stream);
+          STRATA_CUDA_TRY(cudaEventRecord(layer_events[static_cast<std::size_t>(l - plan.layers.begin)], stream));
+        }
       }
+    } catch (...) {
+      ring_.release_after_noexcept(stream);  // whatever was enqueued may still read the region
+      throw;
     }
     ring_.release_after(stream);
+  }
+
+  /// @brief For `staged` and `split`: the checks `enqueue` makes, remembering accessible memory here.
+  template <kv_layout Src, kv_layout Dst>
+  detail::segment_shape check(Src const& src, Dst const& dst, page_pair first, layer_range layers, char const* backend)
+  {
+    return detail::check_kernel_copy(src, dst, first, layers, backend, &access_);
   }
 
   /// @brief For `staged`: launches on device-resident pairs (no upload), unchecked.
@@ -119,6 +124,7 @@ class gpu_assisted {
  private:
   gpu_assisted_config config_;
   detail::descriptor_ring ring_;
+  detail::access_cache access_;
 };
 static_assert(transfer_backend<gpu_assisted>);
 

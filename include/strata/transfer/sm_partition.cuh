@@ -16,6 +16,7 @@
 #include <cudaTypedefs.h>
 
 #include <type_traits>
+#include <utility>
 
 namespace strata {
 namespace detail {
@@ -33,6 +34,7 @@ struct green_entry_points {
   PFN_cuStreamSynchronize_v2000 stream_synchronize{};
   PFN_cuStreamDestroy_v4000 stream_destroy{};
   PFN_cuGetErrorName_v6000 error_name{};
+  PFN_cuStreamGetGreenCtx_v12040 stream_green_ctx{};  ///< optional: not part of `available()`
 
   [[nodiscard]] bool available() const noexcept
   {
@@ -63,6 +65,7 @@ struct green_entry_points {
       resolve("cuStreamSynchronize", 2000, p.stream_synchronize);
       resolve("cuStreamDestroy", 4000, p.stream_destroy);
       resolve("cuGetErrorName", 6000, p.error_name);
+      resolve("cuStreamGetGreenCtx", 12040, p.stream_green_ctx);
       (void)cudaGetLastError();
       return p;
     }();
@@ -77,6 +80,83 @@ struct green_entry_points {
     if (error_name != nullptr) { (void)error_name(r, &name); }
     throw cuda_error(concat("strata: CUDA driver call ", call, " failed: ", name, " (", int(r), ")"));
   }
+};
+
+/// @brief The green context `stream` belongs to, or null (a plain stream, the legacy stream, or a
+///        driver without green contexts).
+inline CUgreenCtx green_context_of(cudaStream_t stream) noexcept
+{
+  auto const& api = green_entry_points::get();
+  if (api.stream_green_ctx == nullptr || stream == nullptr || stream == cudaStreamLegacy ||
+      stream == cudaStreamPerThread) {
+    return nullptr;
+  }
+  CUgreenCtx ctx{};
+  if (api.stream_green_ctx(reinterpret_cast<CUstream>(stream), &ctx) != CUDA_SUCCESS) { return nullptr; }
+  return ctx;
+}
+
+/**
+ * @brief An owned non-blocking stream at a given priority, in a given green context (its kernels
+ *        run on that partition's SMs) or, for a null context, in the device's primary context.
+ */
+class context_stream {
+ public:
+  context_stream() = default;
+  /// @throw strata::cuda_error if the stream cannot be created
+  context_stream(CUgreenCtx ctx, int priority) : ctx_{ctx}, priority_{priority}
+  {
+    if (ctx == nullptr) {
+      STRATA_CUDA_TRY(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
+      return;
+    }
+    auto const& api = green_entry_points::get();
+    STRATA_EXPECTS_AS(cuda_error, api.stream_create != nullptr && api.stream_destroy != nullptr,
+                      "the CUDA driver has no cuGreenCtxStreamCreate");
+    CUstream s{};
+    api.check(api.stream_create(&s, ctx, CU_STREAM_NON_BLOCKING, priority), "cuGreenCtxStreamCreate");
+    stream_ = reinterpret_cast<cudaStream_t>(s);
+  }
+  /// @brief A stream like `caller`: in its green context (if any), at `priority`.
+  static context_stream like(cudaStream_t caller, int priority) { return {green_context_of(caller), priority}; }
+
+  context_stream(context_stream&& o) noexcept
+    : stream_{std::exchange(o.stream_, nullptr)}, ctx_{std::exchange(o.ctx_, nullptr)}, priority_{o.priority_}
+  {
+  }
+  context_stream& operator=(context_stream&& o) noexcept
+  {
+    std::swap(stream_, o.stream_);
+    std::swap(ctx_, o.ctx_);
+    std::swap(priority_, o.priority_);
+    return *this;
+  }
+  context_stream(context_stream const&) = delete;
+  context_stream& operator=(context_stream const&) = delete;
+  /// @brief Destroys the stream (work already queued still runs; callers wait first where needed).
+  ~context_stream()
+  {
+    if (stream_ == nullptr) { return; }
+    if (ctx_ == nullptr) {
+      STRATA_ASSERT_CUDA_SUCCESS(cudaStreamDestroy(stream_));
+    } else {
+      (void)green_entry_points::get().stream_destroy(reinterpret_cast<CUstream>(stream_));
+    }
+  }
+
+  [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
+  [[nodiscard]] CUgreenCtx context() const noexcept { return ctx_; }
+  [[nodiscard]] int priority() const noexcept { return priority_; }
+  /// @brief Whether this stream was made for (`ctx`, `priority`).
+  [[nodiscard]] bool matches(CUgreenCtx ctx, int priority) const noexcept
+  {
+    return stream_ != nullptr && ctx == ctx_ && priority == priority_;
+  }
+
+ private:
+  cudaStream_t stream_{};
+  CUgreenCtx ctx_{};
+  int priority_{};
 };
 
 }  // namespace detail

@@ -41,7 +41,11 @@ class split {
   /// @brief The tuning.
   [[nodiscard]] split_config const& config() const noexcept { return config_; }
 
-  /// @brief Enqueues a validated plan (see `transfer_backend`).
+  /**
+   * @brief Enqueues a validated plan (see `transfer_backend`).
+   * @throw strata::invalid_argument, before anything is enqueued, for what `gpu_assisted` rejects in
+   *        the kernel's share
+   */
   template <kv_layout Src, kv_layout Dst>
   void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
   {
@@ -51,6 +55,7 @@ class split {
     if (k == n) { return dma_.enqueue(plan, stream, layer_events); }
     copy_plan const by_dma{plan.src, plan.dst, plan.pages.first(static_cast<std::size_t>(k)), plan.layers};
     copy_plan const by_kernel{plan.src, plan.dst, plan.pages.subspan(static_cast<std::size_t>(k)), plan.layers};
+    (void)kernel_.check(plan.src, plan.dst, by_kernel.pages[0], plan.layers, name);  // before any byte moves
     STRATA_CUDA_TRY(cudaEventRecord(start_.get(), stream));
     STRATA_CUDA_TRY(cudaStreamWaitEvent(side_.get(), start_.get(), 0));
     if (layer_events.empty()) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <strata/transfer/gpu_assisted.cuh>
+#include <strata/transfer/sm_partition.cuh>
 
 #include <array>
 
@@ -61,7 +62,10 @@ static_assert(kv_layout<staging_layout>);
  * Loads need a `record_layout` source, backups a `record_layout` destination; the other side is any
  * layout in device memory. Whole records move at once, so per-layer events are all recorded when
  * the transfer ends. The relay takes `relay.ctas` SMs for short bursts; the link is driven by the
- * copy engine.
+ * copy engine. The relay runs on an internal stream at the caller's stream priority and in the
+ * caller's stream's green context, if it has one (`sm_partition::copy_stream()`): relays stay inside
+ * the copy partition. The device-side layout is checked as `gpu_assisted` checks it (alignment,
+ * 16-byte segments, device-accessible memory) before anything is enqueued.
  */
 class staged {
  public:
@@ -75,6 +79,19 @@ class staged {
   {
     STRATA_EXPECTS(config.chunk_bytes > 0, "staged: chunk_bytes must be positive, got ", config.chunk_bytes);
   }
+  staged(staged const&) = delete;
+  staged& operator=(staged const&) = delete;
+  /// @brief Waits for the transfers still using the staging buffer and the relay stream, then frees them.
+  ~staged()
+  {
+    if (cudaEventSynchronize(finished_.get()) != cudaSuccess) { (void)cudaGetLastError(); }
+    if (relay_stream_.get() != nullptr && cudaStreamSynchronize(relay_stream_.get()) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  }
+
+  /// @brief For tests and diagnostics: the stream relays ran on last (null before the first transfer).
+  [[nodiscard]] cudaStream_t relay_stream() const noexcept { return relay_stream_.get(); }
 
   /// @brief The tuning.
   [[nodiscard]] staged_config const& config() const noexcept { return config_; }
@@ -87,17 +104,51 @@ class staged {
   {
     kv_geometry const g = plan.src.geometry();
     std::int64_t const record = plan.layers.size() * g.planes * g.block_bytes();
-    std::int64_t const offset = plan.layers.begin * g.planes * g.block_bytes();
     std::int64_t const per_half = std::max<std::int64_t>(1, config_.chunk_bytes / record);
     std::int64_t const n = static_cast<std::int64_t>(plan.pages.size());
     std::int64_t const slots_per_half = std::min(per_half, n);
     reserve(2 * slots_per_half * record);
     detail::staging_layout const staging{staging_.data(), g, plan.layers.begin, record, 2 * slots_per_half};
+    constexpr bool load = record_layout<Src>;
+    // The relay kernel's side of the plan, checked before anything is enqueued.
+    auto const shape = load ? relay_.check(staging, plan.dst, {0, plan.pages[0].dst}, plan.layers, name)
+                            : relay_.check(plan.src, staging, {plan.pages[0].src, 0}, plan.layers, name);
+    // The relay runs at the caller's priority (at a lower one, compute kernels starve it) and in the
+    // caller's green context (an sm_partition's copy stream: relays stay on the copy partition).
+    int priority = 0;
+    STRATA_CUDA_TRY(cudaStreamGetPriority(stream, &priority));
+    CUgreenCtx const ctx = detail::green_context_of(stream);
+    if (!relay_stream_.matches(ctx, priority)) {
+      detail::context_stream fresh{ctx, priority};
+      if (relay_stream_.get() != nullptr) { STRATA_CUDA_TRY(cudaStreamSynchronize(relay_stream_.get())); }
+      relay_stream_ = std::move(fresh);
+    }
 
     // Relay pairs: (page, slot) for backups, (slot, page) for loads; uploaded once.
-    constexpr bool load = record_layout<Src>;
     std::size_t const bytes = static_cast<std::size_t>(n) * sizeof(page_pair);
     auto const region = ring_.acquire(bytes);
+    try {
+      enqueue_acquired(plan, stream, layer_events, staging, shape, region);
+    } catch (...) {
+      ring_.release_after_noexcept(stream);
+      throw;
+    }
+    ring_.release_after(stream);
+  }
+
+ private:
+  template <kv_layout Src, kv_layout Dst>
+  void enqueue_acquired(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events,
+                        detail::staging_layout const& staging, detail::segment_shape const& shape,
+                        detail::descriptor_ring::region const& region)
+  {
+    kv_geometry const g = plan.src.geometry();
+    std::int64_t const record = staging.record_bytes;
+    std::int64_t const offset = plan.layers.begin * g.planes * g.block_bytes();
+    std::int64_t const n = static_cast<std::int64_t>(plan.pages.size());
+    std::int64_t const slots_per_half = staging.slots / 2;
+    constexpr bool load = record_layout<Src>;
+    std::size_t const bytes = static_cast<std::size_t>(n) * sizeof(page_pair);
     auto* host_pairs = reinterpret_cast<page_pair*>(region.host);
     for (std::int64_t i = 0; i < n; ++i) {
       std::int64_t const slot = (i / slots_per_half % 2) * slots_per_half + i % slots_per_half;
@@ -105,18 +156,6 @@ class staged {
     }
     detail::descriptor_ring::upload(region, bytes, stream);
     auto const* device_pairs = reinterpret_cast<page_pair const*>(region.device);
-    auto const shape = load ? detail::make_segment_shape(g, staging.block(0, plan.layers.begin, 0),
-                                                         plan.dst.block(plan.pages[0].dst, plan.layers.begin, 0))
-                            : detail::make_segment_shape(g, plan.src.block(plan.pages[0].src, plan.layers.begin, 0),
-                                                         staging.block(0, plan.layers.begin, 0));
-    // The relay runs at the caller's priority: at a lower one, compute kernels starve it.
-    int priority = 0;
-    STRATA_CUDA_TRY(cudaStreamGetPriority(stream, &priority));
-    if (priority != relay_priority_) {
-      STRATA_CUDA_TRY(cudaStreamSynchronize(relay_stream_.get()));
-      relay_stream_ = detail::cuda_stream{priority};
-      relay_priority_ = priority;
-    }
     // Everything before this call on `stream`, and this instance's previous transfer, come first.
     STRATA_CUDA_TRY(cudaStreamWaitEvent(stream, finished_.get(), 0));
     STRATA_CUDA_TRY(cudaEventRecord(start_.get(), stream));
@@ -174,11 +213,9 @@ class staged {
     STRATA_CUDA_TRY(cudaEventRecord(start_.get(), relay_stream_.get()));
     STRATA_CUDA_TRY(cudaStreamWaitEvent(stream, start_.get(), 0));
     STRATA_CUDA_TRY(cudaEventRecord(finished_.get(), stream));
-    ring_.release_after(stream);
     for (auto e : layer_events) { STRATA_CUDA_TRY(cudaEventRecord(e, stream)); }
   }
 
- private:
   void reserve(std::int64_t bytes)
   {
     if (static_cast<std::int64_t>(staging_.size()) >= bytes) { return; }
@@ -191,8 +228,7 @@ class staged {
   gpu_assisted relay_;
   detail::device_buffer staging_;
   detail::descriptor_ring ring_;
-  detail::cuda_stream relay_stream_;
-  int relay_priority_{0};
+  detail::context_stream relay_stream_;
   detail::cuda_event start_;
   detail::cuda_event finished_;
   std::array<detail::cuda_event, 2> moved_;

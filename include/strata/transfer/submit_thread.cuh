@@ -6,27 +6,45 @@
 #pragma once
 
 #include <strata/transfer/backend.cuh>
+#include <strata/transfer/sm_partition.cuh>
 
 #include <condition_variable>
 #include <deque>
-#include <functional>
+#include <map>
+#include <memory>
 #include <thread>
+#include <vector>
 
 namespace strata {
 
+/// @brief What a transfer is for, which decides the order a `submit_thread` serves it in.
+enum class transfer_kind {
+  load,    ///< on the critical path (`wait_layer` waits for it): served first
+  backup,  ///< off the critical path: served when no load is waiting
+};
+
 /**
- * @brief Runs backends' `enqueue` on its own thread and stream.
+ * @brief Runs backends' `enqueue` on its own thread.
  *
- * `submit` validates the plan, records an event on the caller's stream (the transfer starts after
- * the work already there, e.g. the kernels writing pages being backed up) and returns at once; the
- * thread enqueues the copy one layer at a time and publishes each layer's event as soon as it is
- * recorded, so `wait_layer` on layer 0 blocks only until layer 0 is enqueued. The plan's page list
- * and the backend must outlive the transfer; a backend given to a submit thread must not be used by
- * another thread meanwhile.
+ * `submit` validates the plan, copies its page list, records an event on the caller's stream (the
+ * transfer starts after the work already there, e.g. the kernels writing pages being backed up) and
+ * returns at once. The thread serves loads before backups: a per-layer backup yields to waiting
+ * loads between its layers, so `wait_layer` never waits behind a backup longer than one layer's
+ * enqueue. It enqueues a per-layer transfer one layer at a time and publishes each layer's event as
+ * soon as it is recorded, so `wait_layer` on layer 0 blocks only until layer 0 is enqueued.
+ *
+ * The copy is issued on a stream of the thread's at the caller's stream priority, and in the caller's
+ * stream's green context when it has one (`sm_partition::copy_stream()`: copy kernels stay on the
+ * copy partition). Errors, creating those streams included, reach whoever waits on the handle.
+ * The backend must outlive the transfer (the page list need not: the job owns a copy), and a backend
+ * given to a submit thread must not be used by another thread meanwhile.
  */
 class submit_thread {
  public:
-  /// @brief Starts the thread on the current device.
+  /**
+   * @brief Starts the thread on the current device.
+   * @throw strata::cuda_error if the current device cannot be read; std::system_error if no thread starts
+   */
   submit_thread()
   {
     STRATA_CUDA_TRY(cudaGetDevice(&device_));
@@ -34,7 +52,7 @@ class submit_thread {
   }
   submit_thread(submit_thread const&) = delete;
   submit_thread& operator=(submit_thread const&) = delete;
-  /// @brief Finishes enqueueing what was submitted, then stops the thread.
+  /// @brief Finishes enqueueing what was submitted, waits for it on the thread's streams, then stops.
   ~submit_thread()
   {
     {
@@ -47,35 +65,26 @@ class submit_thread {
 
   /**
    * @brief Validates `plan` and hands it to the thread; returns its handle at once.
+   * @param kind loads are served before backups
    * @throw strata::invalid_argument for a bad plan, before anything is enqueued
+   * @throw strata::cuda_error if the caller's stream cannot be queried or recorded on
    */
   template <transfer_backend B, kv_layout Src, kv_layout Dst>
   transfer_handle submit(B& backend, copy_plan<Src, Dst> const& plan, cuda::stream_ref stream,
-                         completion c = completion::per_layer)
+                         completion c = completion::per_layer, transfer_kind kind = transfer_kind::load)
   {
     validate(plan);
     transfer_handle h{plan.layers, c};
-    auto start = std::make_shared<detail::cuda_event>();
-    start->record(stream.get());
-    auto job = [this, &backend, plan, h, c, start] {
-      STRATA_CUDA_TRY(cudaStreamWaitEvent(stream_->get(), start->get(), 0));
-      auto const events = h.events();
-      if (c == completion::per_layer) {
-        for (std::int64_t l = plan.layers.begin; l < plan.layers.end; ++l) {
-          std::size_t const i = static_cast<std::size_t>(l - plan.layers.begin);
-          backend.enqueue(copy_plan{plan.src, plan.dst, plan.pages, layer_range::one(l)}, stream_->get(),
-                          events.subspan(i, 1));
-          h.mark_recorded(i + 1);
-        }
-      } else {
-        backend.enqueue(plan, stream_->get(), {});
-        STRATA_CUDA_TRY(cudaEventRecord(events[0], stream_->get()));
-        h.mark_recorded(1);
-      }
-    };
+    int priority = 0;
+    STRATA_CUDA_TRY(cudaStreamGetPriority(stream.get(), &priority));
+    auto j = std::make_unique<job_impl<B, Src, Dst>>(backend, plan, c);
+    j->handle = h;
+    j->priority = priority;
+    j->ctx = detail::green_context_of(stream.get());
+    j->start.record(stream.get());
     {
       std::lock_guard lock{m_};
-      jobs_.push_back({std::move(job), h});
+      (kind == transfer_kind::load ? loads_ : backups_).push_back(std::move(j));
     }
     cv_.notify_one();
     return h;
@@ -85,52 +94,117 @@ class submit_thread {
   void drain()
   {
     std::unique_lock lock{m_};
-    idle_cv_.wait(lock, [this] { return jobs_.empty() && !busy_; });
+    idle_cv_.wait(lock, [this] { return loads_.empty() && backups_.empty() && !busy_; });
   }
 
  private:
   struct job {
-    std::function<void()> run;
+    virtual ~job() = default;
+    /// Enqueues the next part (a layer, or the whole transfer) on `s`; true when nothing is left.
+    virtual bool step(cudaStream_t s) = 0;
     transfer_handle handle;
+    detail::cuda_event start;
+    int priority{};
+    CUgreenCtx ctx{};
+    detail::context_stream own_stream;  // for a green-context caller: a stream of that context
+    bool started{false};
   };
+
+  template <class B, class Src, class Dst>
+  struct job_impl final : job {
+    job_impl(B& b, copy_plan<Src, Dst> const& plan, completion c)
+      : backend{b}, src{plan.src}, dst{plan.dst}, pages(plan.pages.begin(), plan.pages.end()), layers{plan.layers},
+        per_layer{c == completion::per_layer}, next{plan.layers.begin}
+    {
+    }
+    bool step(cudaStream_t s) override
+    {
+      std::span<page_pair const> const p{pages};
+      auto const events = handle.events();
+      if (!per_layer) {
+        backend.enqueue(copy_plan{src, dst, p, layers}, s, {});
+        STRATA_CUDA_TRY(cudaEventRecord(events[0], s));
+        handle.mark_recorded(1);
+        return true;
+      }
+      std::size_t const i = static_cast<std::size_t>(next - layers.begin);
+      backend.enqueue(copy_plan{src, dst, p, layer_range::one(next)}, s, events.subspan(i, 1));
+      handle.mark_recorded(i + 1);
+      return ++next == layers.end;
+    }
+    B& backend;
+    Src src;
+    Dst dst;
+    std::vector<page_pair> pages;
+    layer_range layers;
+    bool per_layer;
+    std::int64_t next;
+  };
+
+  // The stream a job's copy is issued on: the caller's priority, and its green context if any.
+  cudaStream_t stream_for(job& j)
+  {
+    if (j.ctx != nullptr) {
+      if (j.own_stream.get() == nullptr) { j.own_stream = detail::context_stream{j.ctx, j.priority}; }
+      return j.own_stream.get();
+    }
+    auto it = streams_.find(j.priority);
+    if (it == streams_.end()) { it = streams_.emplace(j.priority, detail::context_stream{nullptr, j.priority}).first; }
+    return it->second.get();
+  }
 
   void run()
   {
     if (cudaSetDevice(device_) != cudaSuccess) { (void)cudaGetLastError(); }
-    detail::cuda_stream stream;
-    stream_ = &stream;
     for (;;) {
-      job j;
+      job* j = nullptr;
+      bool load = false;
       {
         std::unique_lock lock{m_};
-        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) { break; }
-        j = std::move(jobs_.front());
-        jobs_.pop_front();
+        cv_.wait(lock, [this] { return stop_ || !loads_.empty() || !backups_.empty(); });
+        if (loads_.empty() && backups_.empty()) { break; }
+        load = !loads_.empty();
+        j = (load ? loads_ : backups_).front().get();  // only the worker pops: it stays valid
         busy_ = true;
       }
+      bool finished = true;
       try {
-        j.run();
+        cudaStream_t const s = stream_for(*j);
+        if (!j->started) {
+          STRATA_CUDA_TRY(cudaStreamWaitEvent(s, j->start.get(), 0));
+          j->started = true;
+        }
+        finished = j->step(s);
       } catch (...) {
-        j.handle.fail(std::current_exception());
+        j->handle.fail(std::current_exception());
+        finished = true;
       }
+      std::unique_ptr<job> done;
       {
         std::lock_guard lock{m_};
+        auto& q = load ? loads_ : backups_;
+        if (finished) {
+          done = std::move(q.front());
+          q.pop_front();
+        }
         busy_ = false;
       }
+      done.reset();  // a job's own stream is destroyed at once; its queued work still runs
       idle_cv_.notify_all();
     }
-    (void)cudaStreamSynchronize(stream.get());
-    stream_ = nullptr;
+    for (auto& [priority, s] : streams_) {
+      if (cudaStreamSynchronize(s.get()) != cudaSuccess) { (void)cudaGetLastError(); }
+    }
+    streams_.clear();
   }
 
   int device_{};
   std::mutex m_;
   std::condition_variable cv_, idle_cv_;
-  std::deque<job> jobs_;
+  std::deque<std::unique_ptr<job>> loads_, backups_;
   bool stop_{false};
   bool busy_{false};
-  detail::cuda_stream* stream_{};
+  std::map<int, detail::context_stream> streams_;  // the worker's own, by priority (worker thread only)
   std::thread worker_;
 };
 

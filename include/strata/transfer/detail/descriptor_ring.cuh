@@ -7,22 +7,56 @@
 
 #include <strata/detail/cuda.cuh>
 
+#include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <deque>
+#include <utility>
 
 namespace strata::detail {
 
 /**
  * @brief A ring of descriptor space. `acquire` hands out a region (host and device views at the
  *        same offset); `release_after(stream)` marks it busy until the work enqueued so far on
- *        `stream` is done. When the ring is full, `acquire` waits on the host for the oldest region.
+ *        `stream` is done. When the ring is full, `acquire` waits on the host for old regions.
  *        One thread at a time.
+ *
+ * The ring as intervals. Busy regions are kept in FIFO (acquisition) order, and they lie in that
+ * order along the ring: walking forward from the oldest region's begin, one meets every busy region
+ * from oldest to youngest, and the youngest ends at `head_`. Free space is therefore the circular
+ * interval from `head_` to the oldest region's begin. A new region either starts at `head_`, or
+ * (when it does not fit before the end) wraps to 0 and leaves the tail `[head_, size)` unused; in
+ * both cases the busy regions it overlaps, together with those in a skipped tail, are a prefix of
+ * the FIFO: the oldest ones. `acquire` retires that whole prefix (up to the youngest region that
+ * overlaps the new range or the skipped tail), waiting for each in FIFO order, so the invariant
+ * holds again afterwards and no live region is ever left behind `head_` or under a new region.
  */
 class descriptor_ring {
  public:
   static constexpr std::size_t alignment = 256;
 
   explicit descriptor_ring(std::size_t capacity = std::size_t{1} << 20) : capacity_{capacity} {}
+  descriptor_ring(descriptor_ring const&) = delete;
+  descriptor_ring& operator=(descriptor_ring const&) = delete;
+  descriptor_ring(descriptor_ring&& o) noexcept
+    : capacity_{o.capacity_}, host_{std::move(o.host_)}, device_{std::move(o.device_)}, head_{std::exchange(o.head_, 0)},
+      pending_{o.pending_}, busy_{std::exchange(o.busy_, {})}
+  {
+  }
+  /// @brief Waits for the transfers that may still read this ring's memory, then takes `o`'s.
+  descriptor_ring& operator=(descriptor_ring&& o) noexcept
+  {
+    synchronize_all();
+    capacity_ = o.capacity_;
+    std::swap(host_, o.host_);
+    std::swap(device_, o.device_);
+    head_ = std::exchange(o.head_, 0);
+    pending_ = o.pending_;
+    busy_.swap(o.busy_);
+    return *this;
+  }
+  /// @brief Waits for the transfers that may still read the ring, then frees it.
+  ~descriptor_ring() { synchronize_all(); }
 
   /// @brief Space for `bytes`: `.host` to write, `.device` for kernels after `upload`.
   struct region {
@@ -36,10 +70,20 @@ class descriptor_ring {
   {
     bytes = (bytes + alignment - 1) / alignment * alignment;
     if (host_.size() < bytes || host_.size() == 0) { grow(std::max(bytes * 2, capacity_)); }
+    assert(host_.size() == device_.size());
     std::size_t start = head_;
-    if (start + bytes > host_.size()) { start = 0; }  // wrap; the tail is left unused this round
-    // Regions after `head_` in ring order are the oldest: retire those that overlap [start, end).
-    while (!busy_.empty() && overlaps(busy_.front(), start, start + bytes)) {
+    std::size_t tail_end = head_;  // [head_, tail_end): a tail skipped by a wrap
+    if (start + bytes > host_.size()) {
+      start = 0;
+      tail_end = host_.size();
+    }
+    // The youngest busy region overlapping the new range or the skipped tail: it and every older
+    // one go (see the class comment: they are a FIFO prefix).
+    std::size_t retire = 0;
+    for (std::size_t i = 0; i < busy_.size(); ++i) {
+      if (overlaps(busy_[i], start, start + bytes) || overlaps(busy_[i], head_, tail_end)) { retire = i + 1; }
+    }
+    for (; retire > 0; --retire) {
       STRATA_CUDA_TRY(cudaEventSynchronize(busy_.front().done.get()));
       busy_.pop_front();
     }
@@ -51,6 +95,7 @@ class descriptor_ring {
   /// @brief Copies the region's host bytes to its device view on `stream`.
   static void upload(region const& r, std::size_t bytes, cudaStream_t stream)
   {
+    assert(bytes <= r.bytes);
     STRATA_CUDA_TRY(cudaMemcpyAsync(r.device, r.host, bytes, cudaMemcpyHostToDevice, stream));
   }
 
@@ -61,6 +106,26 @@ class descriptor_ring {
     done.record(stream);
     busy_.push_back({pending_.begin, pending_.end, std::move(done)});
   }
+
+  /**
+   * @brief For error paths: like `release_after`, but never throws; if the event cannot be
+   *        recorded, waits for `stream` (and failing that, the device) before forgetting the region.
+   */
+  void release_after_noexcept(cudaStream_t stream) noexcept
+  {
+    try {
+      release_after(stream);
+    } catch (...) {
+      if (cudaStreamSynchronize(stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)cudaDeviceSynchronize();
+        (void)cudaGetLastError();
+      }
+    }
+  }
+
+  /// @brief Bytes of ring space (host and device views always have the same size).
+  [[nodiscard]] std::size_t size() const noexcept { return host_.size(); }
 
  private:
   struct span_t {
@@ -74,13 +139,24 @@ class descriptor_ring {
   {
     return r.begin < end && begin < r.end;
   }
+  // Strong guarantee: both views are allocated before anything changes, so a failed allocation
+  // leaves the ring exactly as it was (host and device views of the same size).
   void grow(std::size_t bytes)
   {
+    pinned_buffer host{bytes};
+    device_buffer device{bytes};
     for (auto& r : busy_) { STRATA_CUDA_TRY(cudaEventSynchronize(r.done.get())); }
     busy_.clear();
-    host_ = pinned_buffer{bytes};
-    device_ = device_buffer{bytes};
+    host_ = std::move(host);
+    device_ = std::move(device);
+    assert(host_.size() == device_.size());
     head_ = 0;
+  }
+  void synchronize_all() noexcept
+  {
+    for (auto& r : busy_) {
+      if (cudaEventSynchronize(r.done.get()) != cudaSuccess) { (void)cudaGetLastError(); }
+    }
   }
 
   std::size_t capacity_;
