@@ -22,9 +22,10 @@ struct fixture {
   hiradix_tree tree{[] {
     hiradix_config h;
     h.page_tokens = 1;
+    h.tokens_per_id = 32;
     h.capacity = {1 << 20, 1 << 20, 0, 0};
     h.policy = write_policy::write_back;
-    h.delay_hit_tokens = 2;
+    h.delay_hit_tokens = 64;
     return h;
   }()};
   std::vector<std::vector<std::int32_t>> tokens;
@@ -73,7 +74,6 @@ struct fixture {
     v.waiting = waiting;
     v.tree = &tree;
     v.costs = &costs;
-    v.index_scale = 32;
     v.page_tokens = 32;
     v.token_budget = 8192;
     v.device_pages_available = 1 << 19;

@@ -29,9 +29,10 @@ struct fixture {
   hiradix_tree tree{[] {
     hiradix_config h;
     h.page_tokens = 1;
+    h.tokens_per_id = 32;
     h.capacity = {100000, 100000, 0, 0};
     h.policy = write_policy::write_back;
-    h.delay_hit_tokens = 2;
+    h.delay_hit_tokens = 64;
     return h;
   }()};
   std::vector<std::vector<std::int32_t>> token_store;
@@ -71,7 +72,6 @@ struct fixture {
     v.waiting = waiting;
     v.tree = &tree;
     v.costs = &c;
-    v.index_scale = 32;
     v.page_tokens = 32;
     v.token_budget = budget;
     v.device_pages_available = 100000;
@@ -363,8 +363,8 @@ TEST_CASE("strategies count a use of the index only for the requests they plan",
       REQUIRE(plan.deferred.size() == 1);
       CHECK(plan.deferred[0].reason == (by_memory ? deferral_reason::memory : deferral_reason::budget));
       CHECK(plan.prefills[0].id == request_id{1});
-      CHECK(f.tree.stats().matched_tokens - before.matched_tokens == 300);  // request 1's prefix only
-      CHECK(f.tree.path_length(plan.prefills[0].cached_node) == 300);       // the node ends where the prefix does
+      CHECK(f.tree.stats().matched_tokens - before.matched_tokens == 300 * 32);  // request 1's prefix only
+      CHECK(f.tree.path_length(plan.prefills[0].cached_node) == 300);            // the node ends where the prefix does
     };
     check(fifo{});
     check(longest_prefix{});
@@ -380,10 +380,11 @@ TEST_CASE("an item whose match disagrees with its probe leaves the plan", "[cpu]
   fixture f;
   hiradix_config h;
   h.page_tokens = 1;
+  h.tokens_per_id = 32;
   h.capacity = {100000, 100, 0, 0};
   h.policy = write_policy::write_through_selective;
   h.selective_hits = 1;
-  h.delay_hit_tokens = 2;
+  h.delay_hit_tokens = 64;
   f.tree = hiradix_tree{h};
   auto const a = pages(1000, 100), b = pages(5000, 100);
   {  // B: inserted, hit once (backed up to the host), then evicted from the device
@@ -405,7 +406,7 @@ TEST_CASE("an item whose match disagrees with its probe leaves the plan", "[cpu]
     q.push_back(900000 + std::int32_t(doc == &b));
     f.wait(q, std::int64_t(q.size()) * 32);
   }
-  REQUIRE(f.tree.probe(f.token_store[1]).fastest_tokens[1] == 100);  // B is on the host
+  REQUIRE(f.tree.probe(f.token_store[1]).fastest_tokens[1] == 100 * 32);  // B is on the host
   auto const plan = fifo{}.schedule(f.view());
   CHECK(f.tree.probe(f.token_store[1]).tokens == 0);  // evicted by A's backup
   REQUIRE(plan.prefills.size() == 1);

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
@@ -35,10 +36,18 @@
 
 namespace strata {
 
+/// @brief Slot allocators the tiers lend the tree (host and file; null: the tree makes its own from
+///        the configured capacity). Indexed by `tier`; the device and remote entries are unused.
+using tier_slots = std::array<slot_allocator*, tier_count>;
+
 /// @brief Configuration of a `hiradix_tree`.
 struct hiradix_config {
-  std::int64_t page_tokens = 32;  ///< tokens per page (per edge unit)
-  std::int64_t page_bytes = 0;    ///< bytes of one page's KV, for statistics (0: not reported)
+  std::int64_t page_tokens = 32;  ///< ids per page (per edge unit): token ids, or 1 when each id is a page
+  /// Real tokens per id, for every token count the tree reports (`match_result`, stats,
+  /// `mark_in_queue`) and for `delay_hit_tokens`: 1 when the index holds token ids; the model's
+  /// page size when it holds one id per page (the simulator's compact index).
+  std::int64_t tokens_per_id = 1;
+  std::int64_t page_bytes = 0;  ///< bytes of one page's KV, for statistics (0: not reported)
   /// Pages per tier: the device pool's size (page ids the engine passes must be below it), and the
   /// host, file and remote capacities the tree allocates from (0: tier absent).
   std::array<std::int64_t, tier_count> capacity{0, 0, 0, 0};
@@ -105,12 +114,25 @@ class hiradix_tree {
  public:
   /**
    * @param config page size, tier capacities, write policy, delay-hit threshold
+   * @param slots host and file slot allocators owned by those tiers (`tier_stack::slots()`); the
+   *        tree is their only user and the tier's capacity is the allocator's (overriding
+   *        `config.capacity`). Null entries: the tree owns an allocator of the configured capacity.
+   *        The allocators must outlive the tree.
    * @throw strata::invalid_argument for a non-positive page size, a negative capacity or byte
-   *        count, a device capacity of 0, non-positive selective hits, or a negative threshold
+   *        count, a device capacity of 0, non-positive selective hits, a negative threshold, or a
+   *        lent allocator with slots already in use
    */
-  explicit hiradix_tree(hiradix_config config) : config_{config}
+  explicit hiradix_tree(hiradix_config config, tier_slots slots = {}) : config_{config}
   {
+    for (std::size_t t = 1; t < 3; ++t) {  // a tier's own allocator: its capacity is the tier's
+      if (slots[t] == nullptr) { continue; }
+      STRATA_EXPECTS(slots[t]->used() == 0, "hiradix_tree: the ", to_string(tier(t)), " tier's slot allocator has ",
+                     slots[t]->used(), " slots in use: the tree must be their only user");
+      config.capacity[t] = config_.capacity[t] = slots[t]->capacity();
+    }
     STRATA_EXPECTS(config.page_tokens > 0, "hiradix_tree: page_tokens must be positive, got ", config.page_tokens);
+    STRATA_EXPECTS(config.tokens_per_id > 0, "hiradix_tree: tokens_per_id must be positive, got ",
+                   config.tokens_per_id);
     STRATA_EXPECTS(config.page_bytes >= 0, "hiradix_tree: page_bytes must not be negative, got ", config.page_bytes);
     for (std::size_t t = 0; t < tier_count; ++t) {
       STRATA_EXPECTS(config.capacity[t] >= 0, "hiradix_tree: capacity of the ", to_string(tier(t)),
@@ -125,7 +147,12 @@ class hiradix_tree {
       owner_[t].assign(static_cast<std::size_t>(config.capacity[t]), 0);
     }
     for (std::size_t t = 1; t < 3; ++t) {
-      if (config.capacity[t] > 0) { slots_[t].emplace(config.capacity[t]); }
+      if (slots[t] != nullptr) {
+        slots_[t] = slots[t];
+      } else if (config.capacity[t] > 0) {
+        own_slots_[t] = std::make_unique<slot_allocator>(config.capacity[t]);
+        slots_[t] = own_slots_[t].get();
+      }
     }
     nodes_.emplace_back();  // the root: the empty prefix, always alive, never evicted
     nodes_[0].alive = true;
@@ -151,7 +178,7 @@ class hiradix_tree {
     ++clock_;
     match_result r;
     std::int64_t const pages = whole_pages(tokens);
-    stats_.queried_tokens += pages * config_.page_tokens;
+    stats_.queried_tokens += pages * page_token_count();
     std::uint32_t cur = 0;
     std::int64_t p = 0;
     bool device_run = true;
@@ -175,7 +202,7 @@ class hiradix_tree {
       p += k;
       if (partial) { break; }
     }
-    r.tokens = p * config_.page_tokens;
+    r.tokens = p * page_token_count();
     r.node = ref(cur);
     stats_.matched_tokens += r.tokens;
     for (std::size_t t = 0; t < tier_count; ++t) {
@@ -212,7 +239,7 @@ class hiradix_tree {
       if (k < c.pages()) { break; }
       cur = child;
     }
-    r.tokens = p * config_.page_tokens;
+    r.tokens = p * page_token_count();
     r.node = ref(cur);
     return r;
   }
@@ -350,7 +377,7 @@ class hiradix_tree {
     if (cur != 0 && (nodes_[cur].state != transient_state::none)) { return 0; }
     std::uint32_t const n = add_node(cur, tokens, p, pages, transient_state::in_queue, request);
     transient_.emplace(request, n);
-    return (pages - p) * config_.page_tokens;
+    return (pages - p) * page_token_count();
   }
 
   /**
@@ -848,6 +875,8 @@ class hiradix_tree {
   {
     return static_cast<std::int64_t>(n.hashes[std::size_t(k)] >> 1);
   }
+  /// Real tokens of one page, for reported counts.
+  [[nodiscard]] std::int64_t page_token_count() const noexcept { return config_.page_tokens * config_.tokens_per_id; }
   [[nodiscard]] std::int64_t whole_pages(std::span<std::int32_t const> tokens) const noexcept
   {
     return static_cast<std::int64_t>(tokens.size()) / config_.page_tokens;
@@ -1311,7 +1340,7 @@ class hiradix_tree {
   /// `k` pages of transient node `c` matched: the walk stops there.
   void note_transient(match_result& r, node_data const& c, std::int64_t k) const noexcept
   {
-    r.transient_tokens = k * config_.page_tokens;
+    r.transient_tokens = k * page_token_count();
     r.transient = c.state;
     r.transient_owner = c.owner;
     r.delay_hit = r.transient_tokens > 0 && r.transient_tokens >= config_.delay_hit_tokens;
@@ -1319,7 +1348,7 @@ class hiradix_tree {
   /// `k` cached pages of node `c` matched; `device_run` tracks whether the prefix so far is all on the device.
   void note_cached(match_result& r, node_data const& c, std::int64_t k, bool& device_run) const noexcept
   {
-    std::int64_t const t = k * config_.page_tokens;
+    std::int64_t const t = k * page_token_count();
     for (std::size_t u = 0; u < tier_count; ++u) {
       r.tier_tokens[u] += c.resident[u] ? t : 0;
     }
@@ -1401,7 +1430,8 @@ class hiradix_tree {
   std::vector<std::uint32_t> free_nodes_;
   std::array<std::vector<std::uint32_t>, 3> owner_;  // page id -> node index + 1 (0: free)
   std::vector<std::uint64_t> page_marks_;            // scratch of check_new_device_pages: all zero between calls
-  std::array<std::optional<slot_allocator>, 3> slots_;
+  std::array<std::unique_ptr<slot_allocator>, 3> own_slots_;  // when no tier lends its allocator
+  std::array<slot_allocator*, 3> slots_{};                    // host and file slots, whoever owns them
   std::int64_t remote_used_{};
   std::array<std::set<std::pair<std::uint64_t, std::uint32_t>>, tier_count> lru_;
   std::unordered_map<request_id, std::uint32_t, request_hash> transient_;

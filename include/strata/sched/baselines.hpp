@@ -4,7 +4,7 @@
  */
 #pragma once
 
-#include <strata/sched/scheduler.hpp>
+#include <strata/sched/toolkit.hpp>
 
 #include <algorithm>
 
@@ -22,7 +22,7 @@ struct fifo {
     for (std::size_t i = 0; i < order.size(); ++i) {
       order[i] = i;
     }
-    return detail::fill_in_order(v, order);
+    return fill_in_order(v, order);
   }
 };
 static_assert(scheduler_strategy<fifo>);
@@ -51,7 +51,7 @@ struct longest_prefix {
       }
       std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cached[a] > cached[b]; });
     }
-    return detail::fill_in_order(v, order);
+    return fill_in_order(v, order);
   }
 };
 static_assert(scheduler_strategy<longest_prefix>);

@@ -4,7 +4,7 @@
  */
 #pragma once
 
-#include <strata/sched/scheduler.hpp>
+#include <strata/sched/toolkit.hpp>
 
 #include <algorithm>
 
@@ -115,7 +115,7 @@ class strata_scheduler {
     std::int64_t const short_tokens = std::max<std::int64_t>(1, v.token_budget * options_.short_percent / 100);
     auto rank = [&](std::size_t i) {
       if (v.waiting[i].delay_hit_deferred) { return 0; }
-      std::int64_t const rest = v.waiting[i].prompt_tokens - detail::cached_tokens_of(v, i, matches[i]);
+      std::int64_t const rest = v.waiting[i].prompt_tokens - cached_tokens_of(v, i, matches[i]);
       return options_.balance && options_.short_percent > 0 && rest <= short_tokens ? 1 : 3;
     };
     bool const by_prefix = v.waiting.size() <= options_.max_sorted;
@@ -158,29 +158,29 @@ class strata_scheduler {
         capped.push_back(i);  // may still get what the long ones leave
         continue;
       }
-      prefill_item const it = detail::size_item(v, i, cap, r.started ? nullptr : &matches[i]);
+      prefill_item const it = size_item(v, i, cap, r.started ? nullptr : &matches[i]);
       if (it.first_chunk && it.new_pages > memory) {
         memory_full = true;
         plan.deferred.push_back({i, r.id, deferral_reason::memory, {}});
         continue;
       }
       if (is_short) { short_used += it.chunk_tokens; }
-      detail::add_item(v, plan, it, budget, memory, loads);
+      add_item(v, plan, it, budget, memory, loads);
     }
     // Budget the long ones left unused goes to the short ones that were capped.
     for (std::size_t i : capped) {
       waiting_request const& r = v.waiting[i];
       prefill_item const it =
-          budget > 0 && !memory_full ? detail::size_item(v, i, budget, &matches[i]) : prefill_item{};
+          budget > 0 && !memory_full ? size_item(v, i, budget, &matches[i]) : prefill_item{};
       if (budget <= 0 || memory_full || it.new_pages > memory) {
         memory_full = memory_full || (budget > 0 && it.new_pages > memory);
         plan.deferred.push_back({i, r.id, budget <= 0 ? deferral_reason::budget : deferral_reason::memory, {}});
         continue;
       }
-      detail::add_item(v, plan, it, budget, memory, loads);
+      add_item(v, plan, it, budget, memory, loads);
     }
     if (options_.balance) { trim_loads(v, plan, loads); }
-    plan = detail::match_plan(v, std::move(plan));
+    plan = match_plan(v, std::move(plan));
     // Bubble filling: decode steps in the batch's stall (the GPU waiting for loads).
     if (options_.bubbles && v.running_sequences > 0 && !plan.prefills.empty()) {
       double const stall = v.costs->stall_s(plan.predicted_load_s, plan.predicted_compute_s);
@@ -203,7 +203,7 @@ class strata_scheduler {
   void trim_loads(scheduler_view const& v, batch_plan& plan, std::array<std::int64_t, tier_count>& loads) const
   {
     auto load_heavy = [&](prefill_item const& it) {
-      return it.first_chunk && detail::item_load_s(v, it) > detail::item_compute_s(v, it);
+      return it.first_chunk && item_load_s(v, it) > item_compute_s(v, it);
     };
     for (;;) {
       if (plan.predicted_load_s <= plan.predicted_compute_s) { return; }
@@ -219,7 +219,7 @@ class strata_scheduler {
       for (std::size_t t = 0; t < tier_count; ++t) {
         loads[t] -= it.load_pages[t];
       }
-      plan.predicted_compute_s -= detail::item_compute_s(v, it);
+      plan.predicted_compute_s -= item_compute_s(v, it);
       plan.predicted_load_s = v.costs->load_s(loads);
       plan.deferred.push_back({it.index, it.id, deferral_reason::balance, {}});
     }

@@ -13,7 +13,7 @@
 #pragma once
 
 #include <strata/index/hiradix_tree.hpp>
-#include <strata/sched/scheduler.hpp>
+#include <strata/sched/toolkit.hpp>
 #include <strata/sim/workload.hpp>
 
 #include <algorithm>
@@ -141,7 +141,7 @@ class engine {
     rec.arrival_s = at;
     rec.prompt_tokens = r.prompt_tokens;
     rec.output_tokens = r.output_tokens;
-    if (strategy_.uses_transient_nodes()) { a->transient_pages = tree_.mark_in_queue(r.id, a->tokens); }
+    if (strategy_.uses_transient_nodes()) { a->transient_pages = tree_.mark_in_queue(r.id, a->tokens) / page_tokens(); }
     waiting_request w;
     w.id = r.id;
     w.arrival_s = at;
@@ -164,7 +164,6 @@ class engine {
       v.waiting = waiting_;
       v.tree = &tree_;
       v.costs = &config_.costs;
-      v.index_scale = page_tokens();
       v.page_tokens = page_tokens();
       v.token_budget = config_.token_budget;
       v.device_pages_available = std::int64_t(free_.size()) + tree_.reclaimable_pages(tier::device);
@@ -218,10 +217,11 @@ class engine {
   {
     hiradix_config t;
     t.page_tokens = 1;  // the index holds one id per page
+    t.tokens_per_id = c.costs.page_tokens();
     t.page_bytes = c.costs.page_bytes();
     t.capacity = {c.device_pages, c.host_pages, c.file_pages, c.remote_pages};
     t.policy = c.policy;
-    t.delay_hit_tokens = (c.delay_hit_tokens + c.costs.page_tokens() - 1) / c.costs.page_tokens();
+    t.delay_hit_tokens = c.delay_hit_tokens;
     return t;
   }
   [[nodiscard]] std::int64_t page_tokens() const noexcept { return config_.costs.page_tokens(); }
@@ -284,8 +284,8 @@ class engine {
     std::int64_t const cached = tree_.path_length(item.cached_node);
     std::int64_t const computed = std::int64_t(a.tokens.size()) - cached;
     // Loaded pages, then computed whole pages, then the partial tail and the output (`extra`).
-    auto pages = allocate(
-        strata::detail::first_chunk_pages(a.req->prompt_tokens, a.req->output_tokens, cached, to_load, page_tokens()));
+    auto pages =
+        allocate(first_chunk_pages(a.req->prompt_tokens, a.req->output_tokens, cached, to_load, page_tokens()));
     if (!pages) { return false; }
     for (auto const& o :
          tree_.load(item.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
@@ -401,7 +401,7 @@ class engine {
         (answer ? a.rec->answer_race_tokens : prefill_duplicates) += page_tokens();
       }
       a.rec->redundant_tokens += prefill_duplicates;
-      a.rec->short_overlap_tokens += std::min(prefill_duplicates, a.short_overlap * page_tokens());
+      a.rec->short_overlap_tokens += std::min(prefill_duplicates, a.short_overlap);
     }
     release({r.unused_device_pages.begin(), r.unused_device_pages.begin() + duplicates});
     std::vector<std::int64_t> kept(r.unused_device_pages.begin() + duplicates, r.unused_device_pages.end());

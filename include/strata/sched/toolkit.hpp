@@ -1,0 +1,183 @@
+/**
+ * @file sched/toolkit.hpp
+ * @brief The pieces strategies build plans from: sizing a request's next chunk from a probe of the
+ *        index, adding it to a plan under the budget and device memory, matching the final plan
+ *        (the only place a strategy's decision counts as a use of the cache), and the in-order fill
+ *        the baselines share. A user's own strategy needs nothing else.
+ *
+ * ```
+ * batch_plan plan;
+ * std::int64_t budget = v.token_budget, memory = v.device_pages_available;
+ * std::array<std::int64_t, tier_count> loads{};
+ * for (std::size_t i : my_order) {
+ *   prefill_item it = size_item(v, i, budget);
+ *   if (it.new_pages > memory) break;
+ *   add_item(v, plan, it, budget, memory, loads);
+ * }
+ * return match_plan(v, std::move(plan));
+ * ```
+ */
+#pragma once
+
+#include <strata/sched/scheduler.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace strata {
+
+/// @brief Prompt tokens of waiting request `i` found cached by match `m`: at least the last token is
+///        computed (it produces the first output token).
+inline std::int64_t cached_tokens_of(scheduler_view const& v, std::size_t i, match_result const& m)
+{
+  return std::min(m.tokens, v.waiting[i].prompt_tokens - 1);
+}
+
+/// @brief Pages match `m` brings onto the device, from the fastest lower tier holding each.
+inline std::array<std::int64_t, tier_count> load_pages_of(scheduler_view const& v, match_result const& m)
+{
+  std::array<std::int64_t, tier_count> pages{};
+  for (std::size_t t = 1; t < tier_count; ++t) {
+    pages[t] = m.fastest_tokens[t] / v.page_tokens;
+  }
+  return pages;
+}
+
+/// @brief Device pages a request's first chunk takes: its uncached prompt pages (the partial tail
+///        included), the cached pages loaded from lower tiers, and its output's pages.
+inline std::int64_t first_chunk_pages(std::int64_t prompt_tokens, std::int64_t output_tokens, std::int64_t cached_pages,
+                                      std::int64_t loaded_pages, std::int64_t page_tokens)
+{
+  return (prompt_tokens + page_tokens - 1) / page_tokens - cached_pages + loaded_pages +
+         (output_tokens + page_tokens - 1) / page_tokens;
+}
+
+/// @brief Sizes a request's next chunk (at most `budget` tokens) from a probe of the index (`known`
+///        if the caller already probed): no use is counted until `match_plan`.
+inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64_t budget,
+                              match_result const* known = nullptr)
+{
+  waiting_request const& r = v.waiting[i];
+  prefill_item it;
+  it.index = i;
+  it.id = r.id;
+  if (r.started) {  // a chunked prefill under way: no loads, no new pages
+    it.chunk_tokens = std::min(budget, r.prompt_tokens - r.prefilled_tokens);
+    it.context_tokens = r.prefilled_tokens;
+    it.last_chunk = r.prefilled_tokens + it.chunk_tokens == r.prompt_tokens;
+    return it;
+  }
+  match_result const m = known != nullptr ? *known : v.tree->probe(r.tokens);
+  it.cached_tokens = cached_tokens_of(v, i, m);
+  it.first_chunk = true;
+  it.context_tokens = it.cached_tokens;
+  it.chunk_tokens = std::min(budget, r.prompt_tokens - it.cached_tokens);
+  it.last_chunk = it.cached_tokens + it.chunk_tokens == r.prompt_tokens;
+  std::int64_t const cached_pages = m.tokens / v.page_tokens;
+  it.load_pages = load_pages_of(v, m);
+  std::int64_t loads = 0;
+  for (auto p : it.load_pages) {
+    loads += p;
+  }
+  it.new_pages = first_chunk_pages(r.prompt_tokens, r.output_tokens, cached_pages, loads, v.page_tokens);
+  return it;
+}
+
+/// @brief Predicted compute seconds of a plan item.
+inline double item_compute_s(scheduler_view const& v, prefill_item const& it)
+{
+  return v.costs->prefill_s(it.chunk_tokens, it.context_tokens);
+}
+
+/// @brief Predicted load seconds of a plan item (its first chunk's loads; 0 for later chunks).
+inline double item_load_s(scheduler_view const& v, prefill_item const& it)
+{
+  return it.first_chunk ? v.costs->load_s(it.load_pages) : 0.0;
+}
+
+/// @brief Adds an item to the plan, updating budget, memory and predictions.
+inline void add_item(scheduler_view const& v, batch_plan& plan, prefill_item const& it, std::int64_t& budget,
+                     std::int64_t& memory, std::array<std::int64_t, tier_count>& loads)
+{
+  plan.prefills.push_back(it);
+  budget -= it.chunk_tokens;
+  memory -= it.first_chunk ? it.new_pages : 0;
+  for (std::size_t t = 0; t < tier_count; ++t) {
+    loads[t] += it.first_chunk ? it.load_pages[t] : 0;
+  }
+  plan.predicted_compute_s += item_compute_s(v, it);
+  plan.predicted_load_s = v.costs->load_s(loads);
+}
+
+/**
+ * @brief Matches the final plan's first chunks against the index: a use of each cached prefix (hits,
+ *        LRU, selective backups) and the split that makes `cached_node` end where the prefix ends.
+ *        Called once the plan is final, so requests ranked or passed over are never counted as uses.
+ *
+ * A match can change what a later item finds (a selective backup may evict host pages another item
+ * was to load): an item whose match no longer agrees with its probe leaves the plan
+ * (`deferral_reason::changed`) and is sized afresh next round; the predictions are recomputed.
+ */
+inline batch_plan match_plan(scheduler_view const& v, batch_plan plan)
+{
+  std::vector<prefill_item> kept;
+  std::array<std::int64_t, tier_count> loads{};
+  plan.predicted_compute_s = 0;
+  for (auto& it : plan.prefills) {
+    if (it.first_chunk) {
+      match_result const m = v.tree->match(v.waiting[it.index].tokens);
+      if (cached_tokens_of(v, it.index, m) != it.cached_tokens || load_pages_of(v, m) != it.load_pages) {
+        plan.deferred.push_back({it.index, it.id, deferral_reason::changed, {}});
+        continue;
+      }
+      it.cached_node = m.node;
+      for (std::size_t t = 0; t < tier_count; ++t) {
+        loads[t] += it.load_pages[t];
+      }
+    }
+    plan.predicted_compute_s += item_compute_s(v, it);
+    kept.push_back(it);
+  }
+  plan.prefills = std::move(kept);
+  plan.predicted_load_s = v.costs->load_s(loads);
+  return plan;
+}
+
+/**
+ * @brief The fill both baselines use: chunked prefills under way first, then `order`; stops at the
+ *        first request that does not fit in memory (head-of-line, as SGLang's prefill adder does)
+ *        or when the budget is spent (the last request may get a partial chunk).
+ */
+inline batch_plan fill_in_order(scheduler_view const& v, std::vector<std::size_t> const& order)
+{
+  batch_plan plan;
+  std::int64_t budget = v.token_budget, memory = v.device_pages_available;
+  std::array<std::int64_t, tier_count> loads{};
+  for (std::size_t i = 0; i < v.waiting.size() && budget > 0; ++i) {
+    if (v.waiting[i].started) { add_item(v, plan, size_item(v, i, budget), budget, memory, loads); }
+  }
+  for (std::size_t n = 0; n < order.size(); ++n) {
+    std::size_t const i = order[n];
+    if (v.waiting[i].started) { continue; }
+    if (budget <= 0) {
+      plan.deferred.push_back({i, v.waiting[i].id, deferral_reason::budget, {}});
+      continue;
+    }
+    prefill_item const it = size_item(v, i, budget);
+    if (it.new_pages > memory) {
+      for (std::size_t m = n; m < order.size(); ++m) {
+        if (!v.waiting[order[m]].started) {
+          plan.deferred.push_back({order[m], v.waiting[order[m]].id, deferral_reason::memory, {}});
+        }
+      }
+      break;
+    }
+    add_item(v, plan, it, budget, memory, loads);
+  }
+  return match_plan(v, std::move(plan));
+}
+
+}  // namespace strata
