@@ -628,7 +628,7 @@ class model_test {
       --p.pins[std::size_t(m.to)];
       if (complete) {
         p.res[std::size_t(m.to)] = true;
-        if (m.demotion) { p.drop_pending[std::size_t(m.from)] = true; }
+        if (m.demotion && p.locks[std::size_t(m.from)] == 0) { p.drop_pending[std::size_t(m.from)] = true; }
       } else {
         if (m.to == tier::device) { returned_destinations.push_back(p.id[0]); }
         if (m.to == tier::remote) {

@@ -406,3 +406,26 @@ TEST_CASE("hiradix_tree: write-back eviction never drops a newer node to keep an
   CHECK(t.peek(x) == 1);
   CHECK(t.peek(y) == 0);
 }
+
+TEST_CASE("hiradix_tree: a demotion that completes while its source is locked keeps the source", "[cpu][hiradix]")
+{
+  // A request locked the pages (it reads them) after the eviction ordered their demotion.
+  hiradix_config c;
+  c.page_tokens = 1;
+  c.capacity = {8, 4, 0, 0};
+  c.policy = write_policy::write_back;
+  hiradix_tree t(c);
+  tokens_t const x{1, 2};
+  (void)t.insert(x, std::vector<std::int64_t>{0, 1});
+  auto e = t.evict(tier::device, 2);
+  REQUIRE(e.demotions.size() == 1);
+  auto const m = t.match(x);
+  REQUIRE(m.device_prefix_tokens == 2);
+  t.lock(m.node, tier::device);
+  CHECK(t.complete(e.demotions[0].id).empty());  // no device page is freed under the lock
+  t.check_invariants();
+  CHECK(t.path_pages(m.node, tier::device) == std::vector<std::int64_t>{0, 1});
+  CHECK(t.probe(x).tier_tokens[1] == 2);
+  t.unlock(m.node, tier::device);
+  t.check_invariants();
+}

@@ -250,16 +250,19 @@ class hiradix_tree {
   /**
    * @brief Page ids of tier `t` along the path root -> `node`, one per page, -1 where the page is
    *        not resident in `t` (remote: the page's key).
+   * @param arriving_too also give the pages a pending copy is filling in `t` (a load on its way)
    * @throw strata::invalid_argument for a stale node
    */
-  [[nodiscard]] std::vector<std::int64_t> path_pages(node_ref node, tier t) const
+  [[nodiscard]] std::vector<std::int64_t> path_pages(node_ref node, tier t, bool arriving_too = false) const
   {
     check(node);
     std::vector<std::int64_t> out;
     for (auto i : path_of(node.index)) {
       node_data const& n = nodes_[i];
+      bool const arriving =
+          arriving_too && t != tier::remote && n.pins[std::size_t(t)] > 0 && !n.tier_pages[std::size_t(t)].empty();
       for (std::int64_t k = 0; k < n.pages(); ++k) {
-        if (!n.resident[std::size_t(t)]) {
+        if (!n.resident[std::size_t(t)] && !arriving) {
           out.push_back(-1);
         } else if (t == tier::remote) {
           out.push_back(remote_key(n, k));
@@ -269,6 +272,14 @@ class hiradix_tree {
       }
     }
     return out;
+  }
+
+  /// @brief Whether page `page` of the device, host or file tier belongs to a node (resident, or
+  ///        the destination of a pending copy). False for ids out of range and other tiers.
+  [[nodiscard]] bool holds(tier t, std::int64_t page) const noexcept
+  {
+    std::size_t const u = std::size_t(t);
+    return u < 3 && page >= 0 && std::size_t(page) < owner_[u].size() && owner_[u][std::size_t(page)] != 0;
   }
 
   /// @brief Pages on the path root -> `node`. @throw strata::invalid_argument for a stale node
@@ -542,7 +553,8 @@ class hiradix_tree {
    * @brief A copy has landed: its destination becomes resident; for a demotion the source pages are
    *        freed, and returned when they are device pages (for the engine to reuse). A source that
    *        another pending transfer still reads (a load from the tier being left) stays pinned until
-   *        that transfer completes or is cancelled, which then frees it.
+   *        that transfer completes or is cancelled, which then frees it; a source locked in its tier
+   *        meanwhile stays (the demotion became a backup).
    * @return device pages freed now: the caller must return them to its pool
    * @throw strata::invalid_argument for an unknown or finished transfer
    */
@@ -558,7 +570,11 @@ class hiradix_tree {
       make_resident(i, t.to);
       // Another pending transfer may still read the source (a load from the tier being left):
       // the pages stay, pinned, and are dropped when the last such transfer ends.
-      if (t.demotion) { nodes_[i].drop_pending[std::size_t(t.from)] = true; }
+      // A node locked in the source tier meanwhile (a request reads those pages) keeps its copy
+      // there: the demotion turns into a backup.
+      if (t.demotion && nodes_[i].locks[std::size_t(t.from)] == 0) {
+        nodes_[i].drop_pending[std::size_t(t.from)] = true;
+      }
     }
     apply_pending_drops(t, freed);
     return freed;

@@ -69,6 +69,7 @@ struct batch_plan {
   std::int64_t bubble_decode_steps = 0;  ///< decode steps to run while the batch waits for its loads
   double predicted_load_s = 0;           ///< loads of the batch's first chunks
   double predicted_compute_s = 0;        ///< compute of all its chunks
+  std::uint64_t round = 0;                ///< which `cache_controller::schedule` made it (0: none)
   [[nodiscard]] std::int64_t tokens() const noexcept
   {
     std::int64_t n = 0;

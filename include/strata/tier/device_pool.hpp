@@ -4,6 +4,7 @@
  */
 #pragma once
 
+#include <strata/layout/layer_first.hpp>
 #include <strata/tier/tier.hpp>
 
 #include <utility>
@@ -44,5 +45,7 @@ class device_pool {
   Layout layout_;
   slot_allocator slots_;
 };
+
+static_assert(addressable_store<device_pool<layer_first>>);
 
 }  // namespace strata

@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
+#include <utility>
 
 namespace strata {
 
@@ -49,10 +51,8 @@ concept page_store = requires(T& t, T const& ct)
 template <class T>
 concept addressable_store = page_store<T> && requires(T const& t)
 {
-  {
-    t.layout()
-    } -> kv_layout;
-};
+  t.layout();
+} && kv_layout<std::remove_cvref_t<decltype(std::declval<T const&>().layout())>>;
 
 /**
  * @brief A page store reached through host memory: `write(slots, records)` stores one page-first

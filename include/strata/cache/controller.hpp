@@ -1,0 +1,849 @@
+/**
+ * @file cache/controller.hpp
+ * @brief `cache_controller<Policies>`: the one object an engine instantiates. It owns the prefix
+ *        index and the tiers' bookkeeping, asks the scheduler strategy what to run, and hands the
+ *        index's copy orders to an executor — the request lifecycle an engine would otherwise write
+ *        against `hiradix_tree` by hand.
+ *
+ * The engine loop:
+ * ```
+ * cache.submit({id, tokens, max_new_tokens});
+ * batch_plan plan = cache.schedule({token_budget, running...});
+ * load_handle loads = cache.begin_loads(plan, stream);     // device pages held, loads submitted
+ * for (layer l) { cache.wait_layer(loads, l, stream); attention(l, cache.page_table(id)); }
+ * cache.complete(loads);                                    // or poll(): landed copies
+ * cache.finish_prefill(id, stream);                         // prompt pages into the index, backups
+ * ... decode ...
+ * cache.release(id);                                        // pages back, locks dropped
+ * ```
+ * Host-only: the executor hides CUDA. Thread safety: every public member may be called from any
+ * thread; calls are serialised on one internal mutex, so completions (`poll`) can progress on a
+ * helper thread while the engine thread schedules. Handles (`load_handle`) are values: waiting on
+ * one never takes the lock.
+ */
+#pragma once
+
+#include <strata/cache/executor.hpp>
+#include <strata/index/hiradix_tree.hpp>
+#include <strata/sched/cost_model.hpp>
+#include <strata/sched/strata_scheduler.hpp>
+#include <strata/sched/toolkit.hpp>
+#include <strata/tier/device_pool.hpp>
+#include <strata/tier/host_pool.hpp>
+#include <strata/tier/tier_stack.hpp>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace strata {
+
+/**
+ * @brief A policy bundle: `P::tiers` (a `tier_stack`), `P::scheduler` (a `scheduler_strategy`),
+ *        `P::executor` (a `copy_executor` over the tiers).
+ */
+template <class P>
+concept cache_policies = requires
+{
+  typename P::tiers;
+  typename P::scheduler;
+  typename P::executor;
+}
+&&scheduler_strategy<typename P::scheduler>&& copy_executor<typename P::executor, typename P::tiers>;
+
+/// @brief The defaults of a CPU engine: the engine's pool in `Layout` (host memory), a `host_pool`
+///        tier, the Strata strategy, `host_executor`.
+template <kv_layout Layout>
+struct host_policies {
+  using tiers = tier_stack<device_pool<Layout>, host_pool>;  ///< device and host tiers
+  using scheduler = strata_scheduler;                        ///< delay hits, balance, bubbles
+  using executor = host_executor;                            ///< memcpy on the calling thread
+};
+
+/// @brief Settings of a `cache_controller` (defaults work out of the box).
+struct controller_options {
+  write_policy policy = write_policy::write_through;  ///< when device pages are backed up to the host
+  std::int64_t selective_hits = 2;                    ///< hits before a `write_through_selective` backup
+  std::int64_t delay_hit_tokens = 64;                 ///< shortest prefix worth waiting for (delay hits)
+  /// The scheduler's cost model (empty: `h200::costs_for(geometry)`, H200 figures).
+  cost_model costs{};
+  /// Tokens given to `submit` are one id per page (the simulator's compact index), not token ids.
+  bool page_ids = false;
+};
+
+/// @brief A request for `submit`.
+struct cache_request {
+  request_id id{};                       ///< the engine's id (unique among live requests)
+  std::span<std::int32_t const> tokens;  ///< prompt token ids (page ids with `page_ids`); copied
+  /// Prompt tokens: 0 means `tokens.size()` (token ids); with page ids, the prompt's length (its
+  /// partial last page, which is never cached, included).
+  std::int64_t prompt_tokens = 0;
+  std::int64_t max_new_tokens = 1;  ///< output tokens the page table reserves room for
+  double arrival_s = 0;             ///< for strategies that age requests
+};
+
+/// @brief What `schedule` may use, and what runs beside it.
+struct schedule_budget {
+  std::int64_t tokens = 8192;               ///< most prefill tokens in the batch
+  std::int64_t running_sequences = 0;       ///< requests decoding (for bubble filling)
+  std::int64_t running_context_tokens = 0;  ///< their context
+  std::int64_t running_max_remaining = 0;   ///< most decode steps any of them still needs
+};
+
+/// @brief A request whose first chunk `begin_loads` started.
+struct started_request {
+  request_id id{};
+  /// Prompt pages found cached, by the tier they came from ([device]: already there).
+  std::array<std::int64_t, tier_count> cached_pages{};
+};
+
+/**
+ * @brief The loads of one batch and what the batch runs. Wait per layer with
+ *        `cache_controller::wait_layer`; finish with `complete` (or `poll`).
+ * @tparam Handle the executor's handle type
+ */
+template <class Handle>
+struct load_handle {
+  std::uint64_t round = 0;                              ///< the plan it executes
+  std::vector<prefill_item> ran;                        ///< items that run (started or continued)
+  std::vector<prefill_item> skipped;                    ///< first chunks that found no device memory
+  std::vector<started_request> started;                 ///< first chunks started, with their hits
+  std::array<std::int64_t, tier_count> loaded_pages{};  ///< pages the loads bring, per source tier
+  std::optional<Handle> transfer;                       ///< the executor's submission (none: no loads)
+  std::uint64_t submission = 0;                         ///< the controller's number for it
+  [[nodiscard]] bool has_loads() const noexcept { return transfer.has_value(); }
+};
+
+/// @brief What `finish_prefill` found.
+struct prefill_result {
+  /// Whole-page positions of the prompt that the request computed although the index already held
+  /// them when it committed (another request computed the same pages meanwhile): the page table now
+  /// points at the index's copy and the request's own page was freed.
+  std::vector<std::int64_t> duplicate_positions;
+};
+
+/// @brief Counters since construction.
+struct cache_stats {
+  std::array<std::int64_t, tier_count> hit_tokens{};  ///< prompt tokens found cached, by the tier they came from
+  std::int64_t computed_tokens = 0;                   ///< prompt tokens planned for compute
+  /// Bytes moved, [from][to] tier.
+  std::array<std::array<std::int64_t, tier_count>, tier_count> bytes_moved{};
+  std::array<std::int64_t, 5> deferrals{};               ///< by `deferral_reason`
+  std::array<std::int64_t, tier_count> evicted_pages{};  ///< pages evicted from each tier
+  std::int64_t submitted = 0;                            ///< requests submitted
+  std::int64_t released = 0;                             ///< requests released (finished or aborted)
+  std::int64_t failed_transfers = 0;                     ///< submissions that failed (their pages recomputed)
+  std::int64_t requeued = 0;                             ///< requests sent back to wait by a failed load
+};
+
+namespace h200 {
+/**
+ * @brief H200 cost figures for any geometry: a known model's (`models::`) when the geometry is
+ *        one, else Llama-3.1-8B's compute scaled by KV bytes per token (a rough proxy for model size).
+ */
+inline cost_model costs_for(kv_geometry const& g)
+{
+  for (model_shape const& m : {models::llama31_8b, models::qwen25_14b, models::llama31_70b}) {
+    if (m.layers == g.layers && m.kv_heads == g.kv_heads && m.head_dim == g.head_dim && m.planes == g.planes) {
+      return cost_model{model_costs(m), gpu_assisted_io(), g.page_bytes(), g.page_tokens};
+    }
+  }
+  compute_costs c = model_costs(models::llama31_8b);
+  double const scale =
+      double(g.token_bytes()) / double(models::llama31_8b.geometry(g.page_tokens, g.elem_bytes).token_bytes());
+  c.prefill_s_per_token *= scale;
+  c.attention_flop_per_pair *= scale;
+  c.decode_weight_bytes *= scale;
+  c.decode_kv_bytes_per_token = double(g.token_bytes());
+  c.layers = g.layers;
+  return cost_model{c, gpu_assisted_io(), g.page_bytes(), g.page_tokens};
+}
+}  // namespace h200
+
+/**
+ * @brief The cache controller. See the file comment for the loop; each member says what it
+ *        checks. Every rejected call throws `strata::invalid_argument` and changes nothing.
+ * @tparam Policies a `cache_policies` bundle
+ */
+template <cache_policies Policies>
+class cache_controller {
+ public:
+  using tiers_type = typename Policies::tiers;              ///< the tier stack
+  using scheduler_type = typename Policies::scheduler;      ///< the strategy
+  using executor_type = typename Policies::executor;        ///< the copy executor
+  using stream_type = typename executor_type::stream_type;  ///< what orders copies
+  using handle_type = typename executor_type::handle_type;  ///< one submission
+  using load_handle_type = load_handle<handle_type>;        ///< one batch's loads
+
+  /**
+   * @param tiers the stores, fastest first (moved in)
+   * @param options policy, thresholds, cost model
+   * @param scheduler the strategy
+   * @param executor the copy executor
+   * @throw strata::invalid_argument for a cost model of another page size, or what the index rejects
+   */
+  explicit cache_controller(tiers_type tiers, controller_options options = {}, scheduler_type scheduler = {},
+                            executor_type executor = {})
+      : tiers_{std::move(tiers)},
+        options_{std::move(options)},
+        scheduler_{std::move(scheduler)},
+        executor_{std::move(executor)},
+        tree_{tree_config(), tiers_.slots()}
+  {
+    if (options_.costs.page_bytes() == 0) { options_.costs = h200::costs_for(tiers_.geometry()); }
+    STRATA_EXPECTS(options_.costs.page_tokens() == page_tokens(), "cache_controller: the cost model's pages hold ",
+                   options_.costs.page_tokens(), " tokens, the tiers' ", page_tokens());
+  }
+  cache_controller(cache_controller const&) = delete;
+  cache_controller& operator=(cache_controller const&) = delete;
+
+  // --- the engine loop ----------------------------------------------------------------------------
+
+  /**
+   * @brief A request arrives: it waits for `schedule`. With a strategy that uses delay hits, its
+   *        uncached prefix is marked as about to be computed.
+   * @throw strata::invalid_argument for a live id, no tokens, `max_new_tokens < 1`, or a prompt
+   *        shorter than its whole pages
+   */
+  void submit(cache_request const& r)
+  {
+    std::lock_guard lock{m_};
+    std::int64_t const ids = std::int64_t(r.tokens.size());
+    std::int64_t const prompt = r.prompt_tokens > 0 ? r.prompt_tokens : (options_.page_ids ? 0 : ids);
+    STRATA_EXPECTS(requests_.count(r.id) == 0, "cache_controller::submit: request ", r.id.value, " is already live");
+    STRATA_EXPECTS(ids > 0 && prompt > 0, "cache_controller::submit: request ", r.id.value,
+                   " has no tokens (page-id mode needs prompt_tokens)");
+    STRATA_EXPECTS(r.max_new_tokens >= 1, "cache_controller::submit: request ", r.id.value,
+                   " must generate at least one token, got ", r.max_new_tokens);
+    std::int64_t const whole = options_.page_ids ? ids : ids / page_tokens();
+    STRATA_EXPECTS(whole <= prompt / page_tokens() && (options_.page_ids || prompt == ids),
+                   "cache_controller::submit: request ", r.id.value, " has ", prompt, " prompt tokens for ", ids,
+                   options_.page_ids ? " page ids" : " token ids");
+    auto s = std::make_unique<state>();
+    s->tokens.assign(r.tokens.begin(), r.tokens.end());
+    s->prompt_tokens = prompt;
+    s->max_new_tokens = r.max_new_tokens;
+    if (scheduler_.uses_transient_nodes()) {
+      s->transient_pages = tree_.mark_in_queue(r.id, s->tokens) / page_tokens();
+    }
+    waiting_request w;
+    w.id = r.id;
+    w.arrival_s = r.arrival_s;
+    w.tokens = s->tokens;
+    w.prompt_tokens = prompt;
+    w.output_tokens = r.max_new_tokens;
+    waiting_.push_back(w);
+    waiting_state_.push_back(s.get());
+    requests_.emplace(r.id, std::move(s));
+    ++stats_.submitted;
+  }
+
+  /**
+   * @brief The next batch: the strategy's plan over the waiting requests. Pass it to `begin_loads`
+   *        before the next `schedule` (a plan is only valid until then).
+   * @throw strata::invalid_argument for a non-positive token budget or negative running figures
+   */
+  [[nodiscard]] batch_plan schedule(schedule_budget const& budget)
+  {
+    std::lock_guard lock{m_};
+    STRATA_EXPECTS(budget.tokens > 0, "cache_controller::schedule: token budget must be positive, got ", budget.tokens);
+    STRATA_EXPECTS(
+        budget.running_sequences >= 0 && budget.running_context_tokens >= 0 && budget.running_max_remaining >= 0,
+        "cache_controller::schedule: running figures must not be negative");
+    batch_plan plan;
+    plan.round = ++round_;
+    if (waiting_.empty()) { return plan; }
+    scheduler_view v;
+    v.waiting = waiting_;
+    v.tree = &tree_;
+    v.costs = &options_.costs;
+    v.page_tokens = page_tokens();
+    v.token_budget = budget.tokens;
+    v.device_pages_available = device_pages_available_locked();
+    v.running_sequences = budget.running_sequences;
+    v.running_context_tokens = budget.running_context_tokens;
+    v.running_max_remaining = budget.running_max_remaining;
+    plan = scheduler_.schedule(v);
+    plan.round = round_;
+    for (auto const& d : plan.deferred) {
+      ++waiting_[d.index].deferrals;
+      waiting_[d.index].delay_hit_deferred = d.reason == deferral_reason::delay_hit;
+      ++stats_.deferrals[std::size_t(d.reason)];
+    }
+    return plan;
+  }
+
+  /**
+   * @brief Carries out `plan` (the last `schedule`'s): holds device pages for each first chunk
+   *        (evicting under pressure), locks cached prefixes, submits the loads of the whole batch in
+   *        one executor submission on `stream`, and advances every item's prefill. First chunks that
+   *        find no device memory are skipped (they wait for a later round).
+   * @throw strata::invalid_argument for a plan that is not the last one scheduled, or one already begun
+   */
+  [[nodiscard]] load_handle_type begin_loads(batch_plan const& plan, stream_type stream = {})
+  {
+    std::lock_guard lock{m_};
+    STRATA_EXPECTS(plan.round == round_ && plan.round != begun_, "cache_controller::begin_loads: plan of round ",
+                   plan.round, " is not the last one scheduled (", round_, ") or was begun already");
+    begun_ = plan.round;
+    load_handle_type h;
+    h.round = plan.round;
+    // Hold every cached prefix of the batch first, so that one request's allocation cannot evict another's.
+    for (auto const& it : plan.prefills) {
+      if (it.first_chunk) { tree_.lock(it.cached_node, tier::device); }
+    }
+    std::vector<copy_order> loads;
+    for (auto const& it : plan.prefills) {
+      if (it.first_chunk && !start(it, stream, h, loads)) {
+        tree_.unlock(it.cached_node, tier::device);
+        h.skipped.push_back(it);
+        continue;
+      }
+      h.ran.push_back(it);
+    }
+    std::vector<std::size_t> done;
+    for (auto const& it : h.ran) {
+      waiting_request& w = waiting_[it.index];
+      w.prefilled_tokens += it.chunk_tokens;
+      stats_.computed_tokens += it.chunk_tokens;
+      if (w.prefilled_tokens >= w.prompt_tokens) { done.push_back(it.index); }
+    }
+    std::sort(done.begin(), done.end(), std::greater<>());
+    for (auto i : done) {
+      waiting_state_[i]->at = stage::prefilled;
+      waiting_.erase(waiting_.begin() + std::ptrdiff_t(i));
+      waiting_state_.erase(waiting_state_.begin() + std::ptrdiff_t(i));
+    }
+    if (!loads.empty()) {
+      h.transfer = submit_orders(std::move(loads), copy_kind::load, stream, &h.started);
+      h.submission = inflight_.back().id;
+    }
+    return h;
+  }
+
+  /**
+   * @brief Completes the batch's loads in the index if they landed (or failed: its first chunks
+   *        then wait again, their cached pages to be recomputed). True once nothing is pending.
+   */
+  bool complete(load_handle_type const& h)
+  {
+    std::lock_guard lock{m_};
+    if (!h.transfer) { return true; }
+    for (std::size_t i = 0; i < inflight_.size(); ++i) {
+      if (inflight_[i].id == h.submission) { return settle(i); }
+    }
+    return true;  // settled already (by `poll`)
+  }
+
+  /**
+   * @brief Completes every landed copy (loads, backups, demotions) in the index, freeing demoted
+   *        device pages; a failed one is cancelled (a failed load sends its requests back to wait).
+   * @return submissions still pending
+   */
+  std::size_t poll()
+  {
+    std::lock_guard lock{m_};
+    for (std::size_t i = 0; i < inflight_.size();) {
+      if (!settle(i)) { ++i; }
+    }
+    return inflight_.size();
+  }
+
+  /**
+   * @brief The request's device pages: one per whole prompt page (cached, loaded or to compute),
+   *        then pages for the partial last page and `max_new_tokens`. Valid from `begin_loads`
+   *        on; `finish_prefill` may swap computed duplicates for the index's equal pages.
+   * @throw strata::invalid_argument for an unknown request or one not started
+   */
+  [[nodiscard]] std::vector<std::int64_t> page_table(request_id id) const
+  {
+    std::lock_guard lock{m_};
+    state const& s = live(id, "page_table");
+    STRATA_EXPECTS(s.at != stage::waiting, "cache_controller::page_table: request ", id.value, " has not started");
+    std::vector<std::int64_t> t = s.prefix;
+    t.insert(t.end(), s.computed.begin(), s.computed.end());
+    t.insert(t.end(), s.extra.begin(), s.extra.end());
+    return t;
+  }
+
+  /**
+   * @brief The request's prompt is computed: its pages enter the index (its own transient prefix is
+   *        committed; pages another request committed meanwhile are swapped for the index's and
+   *        freed), backups follow the write policy (submitted on `stream`, after the work there).
+   * @throw strata::invalid_argument for an unknown request, or one whose last chunk has not run
+   */
+  prefill_result finish_prefill(request_id id, stream_type stream = {})
+  {
+    std::lock_guard lock{m_};
+    state& s = live(id, "finish_prefill");
+    STRATA_EXPECTS(s.at == stage::prefilled, "cache_controller::finish_prefill: request ", id.value,
+                   s.at == stage::running ? " finished its prefill already" : " has prompt chunks left to run");
+    prefill_result out;
+    std::int64_t const n = whole_pages(s);
+    std::vector<std::int64_t> table = tree_.path_pages(s.node, tier::device, /*arriving_too=*/true);
+    table.insert(table.end(), s.computed.begin(), s.computed.end());
+    if (s.transient_pages > 0) {
+      (void)tree_.commit(id, std::span<std::int64_t const>{s.computed}.last(std::size_t(s.transient_pages)));
+    }
+    insert_result const r = tree_.insert(prompt_ids(s), table);
+    // Unused pages inside the cached path duplicate another request's: freed now, the request reads
+    // the index's. Past it (another request computes that prefix) the request keeps its own.
+    std::int64_t const path = tree_.path_length(r.node);
+    std::int64_t const duplicates = std::int64_t(r.unused_device_pages.size()) - (n - path);
+    if (duplicates > 0) {
+      auto const held = tree_.path_pages(r.node, tier::device);
+      for (std::size_t p = std::size_t(s.cached_pages); p < held.size(); ++p) {
+        if (held[p] != table[p]) { out.duplicate_positions.push_back(std::int64_t(p)); }
+      }
+    }
+    std::int64_t const dup = std::max<std::int64_t>(0, duplicates);
+    release_device({r.unused_device_pages.begin(), r.unused_device_pages.begin() + dup});
+    std::vector<std::int64_t> kept(r.unused_device_pages.begin() + dup, r.unused_device_pages.end());
+    kept.insert(kept.end(), s.extra.begin(), s.extra.end());
+    s.extra = std::move(kept);
+    s.computed.clear();
+    tree_.lock(r.node, tier::device);
+    tree_.unlock(s.node, tier::device);
+    s.node = r.node;
+    s.prefix = tree_.path_pages(r.node, tier::device, /*arriving_too=*/true);
+    s.at = stage::running;
+    submit_queued(stream);
+    return out;
+  }
+
+  /**
+   * @brief The request is done (or abandoned): its locks go and its own pages return to the pool.
+   *        `cache_tokens`, when given, are the tokens to keep for a later turn — the prompt followed
+   *        by the output (ids in the same form as `submit`'s): their whole pages enter the index
+   *        from the request's page table first (only after `finish_prefill`).
+   *
+   * Releasing a request that has not finished its prefill aborts it (its transient prefix is dropped).
+   * @throw strata::invalid_argument for an unknown request, `cache_tokens` before `finish_prefill`,
+   *        tokens that do not extend the prompt, or more whole pages than its page table holds
+   */
+  void release(request_id id, std::span<std::int32_t const> cache_tokens = {}, stream_type stream = {})
+  {
+    std::lock_guard lock{m_};
+    state& s = live(id, "release");
+    if (!cache_tokens.empty()) {
+      STRATA_EXPECTS(s.at == stage::running, "cache_controller::release: request ", id.value,
+                     " can cache its tokens only after finish_prefill");
+      std::span<std::int32_t const> const prompt = prompt_ids(s);
+      STRATA_EXPECTS(
+          cache_tokens.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), cache_tokens.begin()),
+          "cache_controller::release: request ", id.value, "'s cache_tokens do not extend its prompt");
+      std::vector<std::int64_t> table = tree_.path_pages(s.node, tier::device, /*arriving_too=*/true);
+      std::size_t const pages = std::size_t(options_.page_ids ? std::int64_t(cache_tokens.size())
+                                                              : std::int64_t(cache_tokens.size()) / page_tokens());
+      std::size_t const need = pages > table.size() ? pages - table.size() : 0;
+      STRATA_EXPECTS(need <= s.extra.size(), "cache_controller::release: request ", id.value, " caches ", pages,
+                     " whole pages but its page table holds ", table.size() + s.extra.size());
+      table.insert(table.end(), s.extra.begin(), s.extra.begin() + std::ptrdiff_t(need));
+      table.resize(pages);
+      insert_result const r =
+          tree_.insert(cache_tokens.first(options_.page_ids ? pages : pages * std::size_t(page_tokens())), table);
+      s.extra.erase(s.extra.begin(), s.extra.begin() + std::ptrdiff_t(need));
+      s.extra.insert(s.extra.end(), r.unused_device_pages.begin(), r.unused_device_pages.end());
+      submit_queued(stream);
+    }
+    drop(id, s);
+  }
+
+  // --- waiting on loads --------------------------------------------------------------------------
+
+  /// @brief The executor's submission of a batch's loads (for per-layer waits: `gpu_executor`
+  ///        handles are `transfer_handle`s). Empty when the batch loads nothing.
+  [[nodiscard]] static std::optional<handle_type> const& transfer(load_handle_type const& h) noexcept
+  {
+    return h.transfer;
+  }
+
+  // --- explicit control and state ----------------------------------------------------------------
+
+  /**
+   * @brief Frees at least `pages` pages of tier `t` (least recently used first; demotions submitted
+   *        on `stream`). @return pages leaving the tier
+   * @throw strata::invalid_argument for a negative count or a tier the stack lacks
+   */
+  std::int64_t evict(tier t, std::int64_t pages, stream_type stream = {})
+  {
+    std::lock_guard lock{m_};
+    eviction_result r = tree_.evict(t, pages);
+    if (t == tier::device) { release_device(r.freed); }
+    queued_.insert(queued_.end(), std::make_move_iterator(r.demotions.begin()),
+                   std::make_move_iterator(r.demotions.end()));
+    submit_queued(stream);
+    return r.pages;
+  }
+
+  /// @brief What `schedule` would find cached for `tokens` (no side effects).
+  [[nodiscard]] match_result probe(std::span<std::int32_t const> tokens) const
+  {
+    std::lock_guard lock{m_};
+    return tree_.probe(tokens);
+  }
+  /// @brief Free device pages plus those eviction could free.
+  [[nodiscard]] std::int64_t device_pages_available() const
+  {
+    std::lock_guard lock{m_};
+    return device_pages_available_locked();
+  }
+  /// @brief Requests in the waiting list (not started, or with prompt chunks left).
+  [[nodiscard]] std::size_t waiting() const
+  {
+    std::lock_guard lock{m_};
+    return waiting_.size();
+  }
+  /// @brief Whether a load the request had already computed on failed: its output is wrong and it
+  ///        should be aborted (`release`) and resubmitted. @throw strata::invalid_argument for an unknown request
+  [[nodiscard]] bool failed(request_id id) const
+  {
+    std::lock_guard lock{m_};
+    return live(id, "failed").failed;
+  }
+  /// @brief Live requests (submitted, not released).
+  [[nodiscard]] std::size_t live_requests() const
+  {
+    std::lock_guard lock{m_};
+    return requests_.size();
+  }
+  /// @brief Executor submissions not yet settled.
+  [[nodiscard]] std::size_t pending_submissions() const
+  {
+    std::lock_guard lock{m_};
+    return inflight_.size();
+  }
+  /// @brief Counters.
+  [[nodiscard]] cache_stats stats() const
+  {
+    std::lock_guard lock{m_};
+    cache_stats s = stats_;
+    s.evicted_pages = tree_.stats().evicted_pages;
+    return s;
+  }
+  /// @brief The index's counters and residency.
+  [[nodiscard]] hiradix_stats index_stats() const
+  {
+    std::lock_guard lock{m_};
+    return tree_.stats();
+  }
+  /// @brief Checks the index's and the controller's invariants (for tests): every device page is
+  ///        free, held by the index, or owned by one live request — never two of these.
+  void check_invariants() const
+  {
+    std::lock_guard lock{m_};
+    tree_.check_invariants();
+    auto const& slots = tiers_.device().slots();
+    std::vector<std::uint8_t> use(std::size_t(slots.capacity()), 0);
+    auto claim = [&](std::int64_t p, char const* who) {
+      STRATA_EXPECTS_AS(error, p >= 0 && p < slots.capacity() && slots.is_allocated(p),
+                        "cache_controller invariant: ", who, " holds device page ", p, ", which is free");
+      STRATA_EXPECTS_AS(error, use[std::size_t(p)]++ == 0, "cache_controller invariant: device page ", p,
+                        " is held twice (", who, ")");
+    };
+    for (auto const& [id, s] : requests_) {
+      for (auto p : s->computed) {
+        claim(p, "a request's computed pages");
+      }
+      for (auto p : s->extra) {
+        claim(p, "a request's own pages");
+      }
+    }
+    for (std::int64_t p = 0; p < slots.capacity(); ++p) {
+      if (tree_.holds(tier::device, p)) { claim(p, "the index"); }
+    }
+    for (std::int64_t p = 0; p < slots.capacity(); ++p) {
+      STRATA_EXPECTS_AS(error, !slots.is_allocated(p) || use[std::size_t(p)] == 1,
+                        "cache_controller invariant: device page ", p, " is allocated but nobody holds it (a leak)");
+    }
+  }
+
+  /// @brief The tiers.
+  [[nodiscard]] tiers_type& tiers() noexcept { return tiers_; }
+  /// @brief The executor (the simulator advances its clock).
+  [[nodiscard]] executor_type& executor() noexcept { return executor_; }
+  /// @brief The strategy.
+  [[nodiscard]] scheduler_type const& scheduler() const noexcept { return scheduler_; }
+  /// @brief The settings (with the cost model in use).
+  [[nodiscard]] controller_options const& options() const noexcept { return options_; }
+  /// @brief Real tokens per page.
+  [[nodiscard]] std::int64_t page_tokens() const { return tiers_.geometry().page_tokens; }
+
+ private:
+  enum class stage { waiting, prefilling, prefilled, running };
+  struct state {
+    std::vector<std::int32_t> tokens;
+    std::int64_t prompt_tokens = 0;
+    std::int64_t max_new_tokens = 1;
+    stage at = stage::waiting;
+    bool failed = false;  // a load it already computed on failed: its output is wrong
+    node_ref node{};
+    bool locked = false;
+    std::int64_t cached_pages = 0;
+    std::int64_t transient_pages = 0;
+    std::vector<std::int64_t> prefix;    // device pages of the cached path when it started
+    std::vector<std::int64_t> computed;  // device pages of the computed whole pages
+    std::vector<std::int64_t> extra;     // pages the index does not hold: uncached, partial tail, output
+  };
+  struct submission {
+    std::uint64_t id;
+    handle_type handle;
+    std::vector<copy_order> orders;
+    copy_kind kind;
+    std::vector<request_id> requests;  // loads: the requests reading them
+  };
+
+  hiradix_config tree_config() const
+  {
+    hiradix_config c;
+    kv_geometry const g = tiers_.geometry();
+    c.page_tokens = options_.page_ids ? 1 : g.page_tokens;
+    c.tokens_per_id = options_.page_ids ? g.page_tokens : 1;
+    c.page_bytes = g.page_bytes();
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      c.capacity[t] = tiers_.capacity(tier(t));
+    }
+    c.policy = options_.policy;
+    c.selective_hits = options_.selective_hits;
+    c.delay_hit_tokens = options_.delay_hit_tokens;
+    return c;
+  }
+
+  state& live(request_id id, char const* what) const
+  {
+    auto const it = requests_.find(id);
+    STRATA_EXPECTS(it != requests_.end(), "cache_controller::", what, ": unknown or released request ", id.value);
+    return *it->second;
+  }
+  [[nodiscard]] std::int64_t whole_pages(state const& s) const noexcept
+  {
+    return options_.page_ids ? std::int64_t(s.tokens.size()) : std::int64_t(s.tokens.size()) / page_tokens();
+  }
+  [[nodiscard]] std::span<std::int32_t const> prompt_ids(state const& s) const noexcept { return s.tokens; }
+  [[nodiscard]] std::int64_t device_pages_available_locked() const
+  {
+    return tiers_.device().slots().available() + tree_.reclaimable_pages(tier::device);
+  }
+
+  /// Device pages for `n`, evicting under pressure (demotions and backups queued). None: no room.
+  std::optional<std::vector<std::int64_t>> allocate(std::int64_t n)
+  {
+    auto& slots = tiers_.device().slots();
+    if (slots.available() < n) {
+      eviction_result r = tree_.evict(tier::device, n - slots.available());
+      release_device(r.freed);
+      queued_.insert(queued_.end(), std::make_move_iterator(r.demotions.begin()),
+                     std::make_move_iterator(r.demotions.end()));
+    }
+    (void)tree_.take_internal_evictions();
+    for (auto& o : tree_.take_copies()) {
+      queued_.push_back(std::move(o));
+    }
+    if (slots.available() < n) { return std::nullopt; }
+    if (n == 0) { return std::vector<std::int64_t>{}; }
+    return slots.allocate(n);
+  }
+  void release_device(std::span<std::int64_t const> pages)
+  {
+    if (!pages.empty()) { tiers_.device().slots().release(pages); }
+  }
+
+  /// Starts a first chunk: holds its pages, orders its loads. False without memory.
+  bool start(prefill_item const& it, stream_type stream, load_handle_type& h, std::vector<copy_order>& loads)
+  {
+    waiting_request& w = waiting_[it.index];
+    state& s = *waiting_state_[it.index];
+    std::int64_t const to_load = tree_.pages_to_load(it.cached_node);
+    std::int64_t const cached = tree_.path_length(it.cached_node);
+    std::int64_t const computed = whole_pages(s) - cached;
+    // Loaded pages, then computed whole pages, then the partial tail and the output (`extra`).
+    auto pages = allocate(first_chunk_pages(s.prompt_tokens, s.max_new_tokens, cached, to_load, page_tokens()));
+    submit_queued(stream);
+    if (!pages) { return false; }
+    started_request st{w.id, {}};
+    for (auto& o : tree_.load(it.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
+      std::int64_t const count = std::int64_t(o.from_pages.size());
+      st.cached_pages[std::size_t(o.from)] += count;
+      h.loaded_pages[std::size_t(o.from)] += count;
+      loads.push_back(std::move(o));
+    }
+    st.cached_pages[0] = cached - to_load;
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      stats_.hit_tokens[t] += st.cached_pages[t] * page_tokens();
+    }
+    h.started.push_back(st);
+    s.cached_pages = cached;
+    s.computed.assign(pages->begin() + to_load, pages->begin() + to_load + computed);
+    s.extra.assign(pages->begin() + to_load + computed, pages->end());
+    s.node = it.cached_node;
+    s.locked = true;
+    s.at = stage::prefilling;
+    s.prefix = tree_.path_pages(it.cached_node, tier::device, /*arriving_too=*/true);
+    if (s.transient_pages > 0) { tree_.mark_in_flight(w.id); }
+    w.started = true;
+    w.cached_tokens = it.cached_tokens;
+    w.prefilled_tokens = it.cached_tokens;  // the chunks compute the rest
+    w.delay_hit_deferred = false;
+    return true;
+  }
+
+  /// Hands queued backups and demotions to the executor.
+  void submit_queued(stream_type stream)
+  {
+    for (auto& o : tree_.take_copies()) {
+      queued_.push_back(std::move(o));
+    }
+    if (queued_.empty()) { return; }
+    (void)submit_orders(std::exchange(queued_, {}), copy_kind::copy, stream, nullptr);
+  }
+  handle_type submit_orders(std::vector<copy_order> orders, copy_kind kind, stream_type stream,
+                            std::vector<started_request> const* readers)
+  {
+    for (auto const& o : orders) {
+      stats_.bytes_moved[std::size_t(o.from)][std::size_t(o.to)] +=
+          std::int64_t(o.from_pages.size()) * tiers_.geometry().page_bytes();
+    }
+    submission sub{++submissions_,
+                   executor_.submit(tiers_, std::span<copy_order const>{orders}, kind, stream),
+                   std::move(orders),
+                   kind,
+                   {}};
+    if (readers != nullptr) {
+      for (auto const& r : *readers) {
+        sub.requests.push_back(r.id);
+      }
+    }
+    handle_type h = sub.handle;
+    inflight_.push_back(std::move(sub));
+    return h;
+  }
+
+  /// Settles submission `i` if it is no longer pending (removing it); false while it is.
+  bool settle(std::size_t i)
+  {
+    copy_status const st = executor_.status(inflight_[i].handle);
+    if (st == copy_status::pending) { return false; }
+    submission sub = std::move(inflight_[i]);
+    inflight_.erase(inflight_.begin() + std::ptrdiff_t(i));
+    if (st == copy_status::done) {
+      for (auto const& o : sub.orders) {
+        release_device(tree_.complete(o.id));
+      }
+      return true;
+    }
+    ++stats_.failed_transfers;
+    // A running request already read the failed pages: it keeps them (freed with it) and is marked
+    // failed. Every other reader starts over.
+    std::vector<std::int64_t> kept;
+    for (auto id : sub.requests) {
+      auto const it = requests_.find(id);
+      if (it == requests_.end() || it->second->at != stage::running) { continue; }
+      it->second->failed = true;
+      kept.insert(kept.end(), it->second->prefix.begin(), it->second->prefix.end());
+    }
+    for (auto const& o : sub.orders) {
+      release_device(tree_.cancel(o.id));
+      if (o.to != tier::device) { continue; }
+      for (auto p : o.to_pages) {  // the failed load's destination
+        if (std::find(kept.begin(), kept.end(), p) == kept.end()) {
+          tiers_.device().slots().release(std::span<std::int64_t const>{&p, 1});
+          continue;
+        }
+        for (auto id : sub.requests) {
+          auto const it = requests_.find(id);
+          if (it != requests_.end() && it->second->at == stage::running &&
+              std::find(it->second->prefix.begin(), it->second->prefix.end(), p) != it->second->prefix.end()) {
+            it->second->extra.push_back(p);
+            break;
+          }
+        }
+      }
+    }
+    for (auto id : sub.requests) {
+      auto const it = requests_.find(id);
+      if (it != requests_.end() && it->second->at != stage::running) { requeue(id); }
+    }
+    return true;
+  }
+
+  /// A request whose load failed starts over: its pages go back, it waits, and its next start
+  /// finds only what is really cached.
+  void requeue(request_id id)
+  {
+    auto const it = requests_.find(id);
+    if (it == requests_.end()) { return; }
+    state& s = *it->second;
+    bool const was_waiting = std::find(waiting_state_.begin(), waiting_state_.end(), &s) != waiting_state_.end();
+    unhold(id, s);
+    s.at = stage::waiting;
+    if (scheduler_.uses_transient_nodes()) { s.transient_pages = tree_.mark_in_queue(id, s.tokens) / page_tokens(); }
+    if (was_waiting) {
+      for (auto& w : waiting_) {
+        if (w.id == id) { w.started = false, w.prefilled_tokens = 0, w.cached_tokens = 0; }
+      }
+    } else {
+      waiting_request w;
+      w.id = id;
+      w.tokens = s.tokens;
+      w.prompt_tokens = s.prompt_tokens;
+      w.output_tokens = s.max_new_tokens;
+      waiting_.insert(waiting_.begin(), w);
+      waiting_state_.insert(waiting_state_.begin(), &s);
+    }
+    ++stats_.requeued;
+  }
+
+  /// Gives up what a request holds: transient prefix, locks, own pages.
+  void unhold(request_id id, state& s)
+  {
+    if (tree_.transient_pages(id) > 0) { tree_.abort(id); }
+    s.transient_pages = 0;
+    if (s.locked) { tree_.unlock(s.node, tier::device); }
+    s.locked = false;
+    release_device(s.computed);
+    release_device(s.extra);
+    s.computed.clear();
+    s.extra.clear();
+    s.prefix.clear();
+  }
+
+  void drop(request_id id, state& s)
+  {
+    unhold(id, s);
+    for (std::size_t i = 0; i < waiting_state_.size(); ++i) {
+      if (waiting_state_[i] == &s) {
+        waiting_.erase(waiting_.begin() + std::ptrdiff_t(i));
+        waiting_state_.erase(waiting_state_.begin() + std::ptrdiff_t(i));
+        break;
+      }
+    }
+    for (auto& sub : inflight_) {  // a pending load no longer requeues it
+      sub.requests.erase(std::remove(sub.requests.begin(), sub.requests.end(), id), sub.requests.end());
+    }
+    requests_.erase(id);
+    ++stats_.released;
+  }
+
+  tiers_type tiers_;
+  controller_options options_;
+  scheduler_type scheduler_;
+  executor_type executor_;
+  hiradix_tree tree_;
+  mutable std::mutex m_;
+  std::unordered_map<request_id, std::unique_ptr<state>, request_hash> requests_;
+  std::vector<waiting_request> waiting_;
+  std::vector<state*> waiting_state_;
+  std::vector<submission> inflight_;
+  std::vector<copy_order> queued_;
+  std::uint64_t round_ = 0;
+  std::uint64_t begun_ = 0;
+  std::uint64_t submissions_ = 0;
+  cache_stats stats_{};
+};
+
+}  // namespace strata

@@ -1,0 +1,152 @@
+/**
+ * @file cache/executor.hpp
+ * @brief How the cache controller's copy orders become copies: the `copy_executor` concept, and
+ *        `host_executor`, which runs them with `host_copy` on the calling thread.
+ *
+ * The controller stays host-only: it hands an executor the tree's copy orders (tier slots to tier
+ * slots) with the tier stack, and asks later whether each submission landed. The executor turns
+ * orders into copy plans between the two stores' layouts and runs them its way: `host_executor`
+ * with `memcpy`, `gpu_executor` (`cache/gpu_executor.cuh`) through a GPU transfer backend chosen
+ * per transfer, the simulator's `virtual_executor` in virtual time.
+ */
+#pragma once
+
+#include <strata/error.hpp>
+#include <strata/tier/tier.hpp>
+#include <strata/transfer/host_copy.hpp>
+#include <strata/types.hpp>
+
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace strata {
+
+/// @brief Where a submitted copy stands.
+enum class copy_status {
+  pending,  ///< not yet landed
+  done,     ///< landed: the destination holds the bytes
+  failed,   ///< will never land: the destination holds nothing usable
+};
+
+/// @brief What a submission moves: loads onto the device (per-layer completion matters) or other
+///        copies (backups, demotions: only the end matters).
+enum class copy_kind { load, copy };
+
+/**
+ * @brief An executor of copy orders over a tier stack `Tiers`.
+ *
+ * - `E::stream_type`: what orders submissions (a CUDA stream; an empty tag on the CPU);
+ * - `E::handle_type`: one submission (copyable; an empty handle is done);
+ * - `e.submit(tiers, orders, kind, stream) -> handle_type`: starts every order (they share one
+ *   handle; the controller never submits an empty list);
+ * - `e.status(handle) -> copy_status`, callable from any thread for a handle it returned.
+ */
+template <class E, class Tiers>
+concept copy_executor = std::copyable<typename E::handle_type> && std::default_initializable<typename E::stream_type> &&
+    requires(E& e, E const& ce, Tiers& tiers, std::span<copy_order const> orders, copy_kind kind,
+             typename E::stream_type stream, typename E::handle_type const& h)
+{
+  {
+    e.submit(tiers, orders, kind, stream)
+    } -> std::same_as<typename E::handle_type>;
+  {
+    ce.status(h)
+    } -> std::same_as<copy_status>;
+};
+
+namespace detail {
+
+/// @brief Page pairs of `orders` that move from tier `from` to tier `to`, in order.
+inline std::vector<page_pair> pairs_between(std::span<copy_order const> orders, tier from, tier to)
+{
+  std::vector<page_pair> pairs;
+  for (auto const& o : orders) {
+    if (o.from != from || o.to != to) { continue; }
+    for (std::size_t i = 0; i < o.from_pages.size(); ++i) {
+      pairs.push_back({o.from_pages[i], o.to_pages[i]});
+    }
+  }
+  return pairs;
+}
+
+/**
+ * @brief Calls `f(src_store, dst_store, pairs)` once per (from, to) tier pair present in `orders`,
+ *        with the page pairs of every order between them (one copy plan per direction instead of
+ *        one per node).
+ */
+template <class Tiers, class F>
+void for_each_direction(Tiers& tiers, std::span<copy_order const> orders, F&& f)
+{
+  bool seen[tier_count][tier_count]{};
+  for (auto const& o : orders) {
+    auto const a = std::size_t(o.from), b = std::size_t(o.to);
+    if (seen[a][b]) { continue; }
+    seen[a][b] = true;
+    auto const pairs = pairs_between(orders, o.from, o.to);
+    tiers.for_each([&](auto& src) {
+      if (std::remove_cvref_t<decltype(src)>::kind != o.from) { return; }
+      tiers.for_each([&](auto& dst) {
+        if (std::remove_cvref_t<decltype(dst)>::kind != o.to) { return; }
+        f(src, dst, std::span<page_pair const>{pairs});
+      });
+    });
+  }
+}
+
+}  // namespace detail
+
+/**
+ * @brief Runs copy orders at once on the calling thread with `host_copy` (a CPU engine, tests, the
+ *        reference the GPU executor is checked against). Both stores of each order must be
+ *        `addressable_store`s whose memory the CPU reads and writes.
+ */
+class host_executor {
+ public:
+  /// @brief No stream on the CPU.
+  struct stream_type {};
+  /// @brief A finished submission: done, or failed (a store without a layout, a rejected plan).
+  struct handle_type {
+    bool failed = false;
+  };
+
+  /**
+   * @brief Copies every order now. A direction whose stores are not both addressable, or whose plan
+   *        `validate` rejects, fails the submission (nothing of it is copied).
+   */
+  template <class Tiers>
+  handle_type submit(Tiers& tiers, std::span<copy_order const> orders, copy_kind, stream_type = {})
+  {
+    handle_type h;
+    try {
+      detail::for_each_direction(tiers, orders, [&](auto& src, auto& dst, std::span<page_pair const> pairs) {
+        using S = std::remove_cvref_t<decltype(src)>;
+        using D = std::remove_cvref_t<decltype(dst)>;
+        if constexpr (addressable_store<S> && addressable_store<D>) {
+          auto const g = src.geometry();
+          host_copy{}.copy(copy_plan{src.layout(), dst.layout(), pairs, layer_range::all(g)});
+        } else {
+          STRATA_EXPECTS(false, "host_executor: no copy between the ", to_string(S::kind), " and ", to_string(D::kind),
+                         " tiers (both need a layout)");
+        }
+      });
+    } catch (invalid_argument const&) {
+      h.failed = true;
+    }
+    ++submissions_;
+    return h;
+  }
+  /// @brief `done`, or `failed`.
+  [[nodiscard]] copy_status status(handle_type const& h) const noexcept
+  {
+    return h.failed ? copy_status::failed : copy_status::done;
+  }
+  /// @brief Submissions so far.
+  [[nodiscard]] std::int64_t submissions() const noexcept { return submissions_; }
+
+ private:
+  std::int64_t submissions_ = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,405 @@
+// cache_controller on the CPU: the engine loop with host_executor, KV bytes checked against a
+// content function the controller never sees (every page's bytes derive from the tokens of its
+// prefix), random operation sequences with invariants after every step, bad input at every call,
+// and concurrent polling.
+#include "../support/catch.hpp"
+
+#include <strata/cache/controller.hpp>
+#include <strata/layout/layer_first.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+using namespace strata;
+
+namespace {
+
+using tokens_t = std::vector<std::int32_t>;
+using policies = host_policies<layer_first>;
+using controller = cache_controller<policies>;
+
+kv_geometry const geo{2, 4, 1, 8, 2, 2};  // 2 layers, 4-token pages, 16-byte head rows: 256 B pages
+
+/// The engine's KV memory (host memory standing in for the GPU pool).
+struct engine_memory {
+  std::vector<std::byte> bytes;
+  explicit engine_memory(std::int64_t pages) : bytes(std::size_t(pages * geo.page_bytes())) {}
+  layer_first layout(std::int64_t pages) { return layer_first{bytes.data(), geo, pages}; }
+};
+
+/// The KV of page `p` of `tokens` depends on every token up to its end, as a model's would.
+std::uint64_t page_key(tokens_t const& tokens, std::int64_t p)
+{
+  std::uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (std::int64_t i = 0; i < (p + 1) * geo.page_tokens; ++i) {
+    h = (h ^ std::uint64_t(std::uint32_t(tokens[std::size_t(i)]))) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+std::uint64_t word(std::uint64_t key, std::int64_t layer, std::int64_t plane, std::int64_t w)
+{
+  std::uint64_t x = key + std::uint64_t(((layer * 2 + plane) << 20) + w) * 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+/// The engine "computes" page `p` of `tokens` into device page `dev`.
+void write_page(layer_first const& l, tokens_t const& tokens, std::int64_t p, std::int64_t dev)
+{
+  std::uint64_t const key = page_key(tokens, p);
+  for (std::int64_t layer = 0; layer < geo.layers; ++layer) {
+    for (std::int64_t k = 0; k < geo.planes; ++k) {
+      std::byte* b = l.block(dev, layer, k).data;
+      for (std::int64_t w = 0; w < geo.block_bytes() / 8; ++w) {
+        std::uint64_t const v = word(key, layer, k, w);
+        std::memcpy(b + w * 8, &v, 8);
+      }
+    }
+  }
+}
+bool page_ok(layer_first const& l, tokens_t const& tokens, std::int64_t p, std::int64_t dev)
+{
+  std::uint64_t const key = page_key(tokens, p);
+  for (std::int64_t layer = 0; layer < geo.layers; ++layer) {
+    for (std::int64_t k = 0; k < geo.planes; ++k) {
+      std::byte const* b = l.block(dev, layer, k).data;
+      for (std::int64_t w = 0; w < geo.block_bytes() / 8; ++w) {
+        std::uint64_t v;
+        std::memcpy(&v, b + w * 8, 8);
+        if (v != word(key, layer, k, w)) { return false; }
+      }
+    }
+  }
+  return true;
+}
+
+/// A random engine driving the controller; it checks every page it reads.
+struct engine_run {
+  std::mt19937_64 rng;
+  std::int64_t device_pages, host_pages;
+  engine_memory memory;
+  layer_first layout;
+  controller cache;
+  std::vector<tokens_t> documents;
+  struct req {
+    tokens_t tokens;
+    std::int64_t max_new = 1;
+    bool prefilled = false;  // last chunk ran
+    bool running = false;    // finish_prefill done
+  };
+  std::map<std::uint64_t, req> live;
+  std::uint64_t next_id = 1;
+  std::int64_t finished = 0, checked_pages = 0, duplicates = 0;
+
+  engine_run(std::uint64_t seed, std::int64_t dev, std::int64_t host, write_policy policy, bool delay_hits)
+      : rng{seed},
+        device_pages{dev},
+        host_pages{host},
+        memory{dev},
+        layout{memory.layout(dev)},
+        cache{controller::tiers_type{device_pool<layer_first>{layout}, host_pool{geo, host}}, options(policy),
+              strata_scheduler{strata_options{.delay_hits = delay_hits}}}
+  {
+    for (int d = 0; d < 4; ++d) {
+      tokens_t doc(std::size_t(geo.page_tokens * std::int64_t(2 + rng() % 10)));
+      for (auto& t : doc) {
+        t = std::int32_t(rng() % 5000);
+      }
+      documents.push_back(doc);
+    }
+  }
+  static controller_options options(write_policy p)
+  {
+    controller_options o;
+    o.policy = p;
+    o.delay_hit_tokens = 8;
+    return o;
+  }
+
+  void check() { cache.check_invariants(); }
+
+  /// Checks the first `pages` whole pages of a request's page table against the content function.
+  void verify(std::uint64_t id, std::int64_t pages)
+  {
+    auto const table = cache.page_table(request_id{id});
+    tokens_t const& t = live.at(id).tokens;
+    for (std::int64_t p = 0; p < pages; ++p) {
+      INFO("request " << id << " page " << p << " of " << pages << " device page " << table[std::size_t(p)]);
+      REQUIRE(page_ok(layout, t, p, table[std::size_t(p)]));
+      ++checked_pages;
+    }
+  }
+
+  void submit()
+  {
+    tokens_t t = documents[rng() % documents.size()];
+    t.resize(std::size_t(std::int64_t(rng() % (t.size() + 1))));  // a prefix of a document
+    std::int64_t const extra = std::int64_t(1 + rng() % 13);
+    for (std::int64_t i = 0; i < extra; ++i) {
+      t.push_back(std::int32_t(5000 + rng() % 50));
+    }
+    if (rng() % 4 == 0 && !live.empty()) {  // a later turn: a live request's prompt and more
+      auto it = live.begin();
+      std::advance(it, std::ptrdiff_t(rng() % live.size()));
+      t = it->second.tokens;
+      t.push_back(std::int32_t(rng() % 7));
+    }
+    std::uint64_t const id = next_id++;
+    std::int64_t const max_new = std::int64_t(1 + rng() % 6);
+    cache.submit({request_id{id}, t, 0, max_new, 0.0});
+    live[id] = {t, max_new};
+  }
+
+  void batch()
+  {
+    std::int64_t const budget = std::int64_t(8 + rng() % 64);
+    batch_plan const plan = cache.schedule({budget, 0, 0, 0});
+    auto h = cache.begin_loads(plan);
+    for (auto const& s : h.started) {  // cached pages are readable once the loads landed (at once here)
+      std::int64_t cached = 0;
+      for (auto c : s.cached_pages) {
+        cached += c;
+      }
+      verify(s.id.value, cached);
+    }
+    for (auto const& it : h.ran) {
+      if (it.last_chunk) { live.at(it.id.value).prefilled = true; }
+    }
+    if (rng() % 2 == 0) { (void)cache.complete(h); }
+  }
+
+  void finish_one()
+  {
+    for (auto& [id, r] : live) {
+      if (!r.prefilled || r.running) { continue; }
+      auto const table = cache.page_table(request_id{id});
+      std::int64_t const whole = std::int64_t(r.tokens.size()) / geo.page_tokens;
+      // The engine computes every page the index did not give it (a cached page is never written).
+      auto const m = cache.probe(r.tokens);
+      (void)m;
+      for (std::int64_t p = 0; p < whole; ++p) {
+        if (!page_ok(layout, r.tokens, p, table[std::size_t(p)])) {
+          write_page(layout, r.tokens, p, table[std::size_t(p)]);
+        }
+      }
+      auto const res = cache.finish_prefill(request_id{id});
+      duplicates += std::int64_t(res.duplicate_positions.size());
+      r.running = true;
+      verify(id, whole);
+      return;
+    }
+  }
+
+  void release_one()
+  {
+    if (live.empty()) { return; }
+    auto it = live.begin();
+    std::advance(it, std::ptrdiff_t(rng() % live.size()));
+    std::uint64_t const id = it->first;
+    req& r = it->second;
+    if (r.running && rng() % 2 == 0) {  // keep prompt + answer for a later turn
+      tokens_t all = r.tokens;
+      std::int64_t const out = std::int64_t(rng() % (r.max_new + 1));
+      for (std::int64_t i = 0; i < out; ++i) {
+        all.push_back(std::int32_t(7000 + rng() % 3));
+      }
+      auto const table = cache.page_table(request_id{id});
+      std::int64_t const whole = std::int64_t(r.tokens.size()) / geo.page_tokens;
+      for (std::int64_t p = whole; p < std::int64_t(all.size()) / geo.page_tokens; ++p) {
+        write_page(layout, all, p, table[std::size_t(p)]);  // decode wrote these
+      }
+      cache.release(request_id{id}, all);
+    } else {
+      cache.release(request_id{id});
+    }
+    live.erase(it);
+    ++finished;
+  }
+
+  void step()
+  {
+    auto const op = rng() % 10;
+    INFO("operation " << op);
+    switch (op) {
+      case 0:
+      case 1:
+      case 2:
+        submit();
+        break;
+      case 3:
+      case 4:
+        batch();
+        break;
+      case 5:
+      case 6:
+        finish_one();
+        break;
+      case 7:
+        release_one();
+        break;
+      case 8:
+        (void)cache.poll();
+        break;
+      default:
+        (void)cache.evict(rng() % 2 == 0 ? tier::device : tier::host, std::int64_t(rng() % 8));
+        break;
+    }
+    check();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("controller: a cached prefix comes back bit-exact through the host tier", "[cpu][controller]")
+{
+  engine_run e{1, 64, 64, write_policy::write_through, true};
+  tokens_t doc = e.documents[0];
+  doc.resize(std::size_t(geo.page_tokens * 6));
+  tokens_t q1 = doc, q2 = doc;
+  q1.push_back(1), q2.push_back(2);
+  e.cache.submit({request_id{1}, q1, 0, 2, 0.0});
+  e.live[1] = {q1, 2};
+  auto plan = e.cache.schedule({4096, 0, 0, 0});
+  REQUIRE(plan.prefills.size() == 1);
+  auto h = e.cache.begin_loads(plan);
+  REQUIRE(h.ran.size() == 1);
+  CHECK_FALSE(h.has_loads());
+  e.live[1].prefilled = true;
+  e.finish_one();
+  (void)e.cache.poll();  // the write-through backup lands
+  e.cache.release(request_id{1});
+  // The device copy goes: the prefix lives on the host only.
+  CHECK(e.cache.evict(tier::device, 64) == 6);
+  CHECK(e.cache.probe(q2).fastest_tokens[1] == 24);
+  e.cache.submit({request_id{2}, q2, 0, 2, 0.0});
+  e.live[2] = {q2, 2};
+  plan = e.cache.schedule({4096, 0, 0, 0});
+  h = e.cache.begin_loads(plan);
+  REQUIRE(h.started.size() == 1);
+  CHECK(h.started[0].cached_pages[1] == 6);
+  CHECK(h.loaded_pages[1] == 6);
+  CHECK(h.has_loads());
+  e.verify(2, 6);
+  CHECK(e.cache.complete(h));
+  auto const s = e.cache.stats();
+  CHECK(s.hit_tokens[1] == 24);
+  CHECK(s.bytes_moved[1][0] == 6 * geo.page_bytes());
+  CHECK(s.bytes_moved[0][1] >= 6 * geo.page_bytes());
+  e.check();
+}
+
+TEST_CASE("controller: random engine loops serve only the right KV", "[cpu][controller]")
+{
+  std::int64_t sequences = 10000, steps = 60;
+  if (std::getenv("STRATA_TEST_QUICK") != nullptr) { sequences = 500; }
+  std::int64_t checked = 0, finished = 0, dups = 0, hits_host = 0;
+  for (std::int64_t seq = 0; seq < sequences; ++seq) {
+    write_policy const policy = seq % 3 == 0   ? write_policy::write_through
+                                : seq % 3 == 1 ? write_policy::write_back
+                                               : write_policy::write_through_selective;
+    engine_run e{std::uint64_t(seq) * 7919 + 1, 24 + std::int64_t(seq % 40), 8 + std::int64_t(seq % 30), policy,
+                 seq % 2 == 0};
+    INFO("sequence " << seq);
+    for (std::int64_t i = 0; i < steps; ++i) {
+      e.step();
+    }
+    // Drain: everything started finishes, everything releases, nothing leaks.
+    for (int round = 0; round < 200 && !e.live.empty(); ++round) {
+      e.batch();
+      e.finish_one();
+      (void)e.cache.poll();
+      for (auto& [id, r] : e.live) {
+        if (r.running) {
+          e.cache.release(request_id{id});
+          e.live.erase(id);
+          ++e.finished;
+          break;
+        }
+      }
+      e.check();
+    }
+    for (auto& [id, r] : e.live) {
+      e.cache.release(request_id{id});
+    }
+    e.live.clear();
+    (void)e.cache.poll();
+    e.check();
+    CHECK(e.cache.live_requests() == 0);
+    auto const s = e.cache.stats();
+    CHECK(s.released == s.submitted);
+    checked += e.checked_pages;
+    finished += e.finished;
+    dups += e.duplicates;
+    hits_host += s.hit_tokens[1];
+  }
+  WARN("pages checked " << checked << ", finished " << finished << ", duplicates " << dups << ", host hits "
+                        << hits_host);
+  CHECK(checked > 1000);
+  CHECK(hits_host > 0);  // the host tier served loads
+}
+
+TEST_CASE("controller: bad input is rejected and changes nothing", "[cpu][controller]")
+{
+  engine_run e{3, 32, 16, write_policy::write_through, true};
+  tokens_t t(std::size_t(geo.page_tokens * 3 + 1), 5);
+  e.cache.submit({request_id{1}, t, 0, 2, 0.0});
+  STRATA_REQUIRE_THROWS(invalid_argument, "already live", e.cache.submit({request_id{1}, t, 0, 2, 0.0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "no tokens", e.cache.submit({request_id{2}, {}, 0, 2, 0.0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "at least one token", e.cache.submit({request_id{2}, t, 0, 0, 0.0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "prompt tokens", e.cache.submit({request_id{2}, t, 3, 1, 0.0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "token budget", (void)e.cache.schedule({0, 0, 0, 0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "unknown or released", (void)e.cache.page_table(request_id{9}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "has not started", (void)e.cache.page_table(request_id{1}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "chunks left", (void)e.cache.finish_prefill(request_id{1}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "unknown or released", e.cache.release(request_id{9}));
+  auto const plan = e.cache.schedule({4096, 0, 0, 0});
+  auto const stale = e.cache.schedule({4096, 0, 0, 0});
+  STRATA_REQUIRE_THROWS(invalid_argument, "not the last one scheduled", (void)e.cache.begin_loads(plan));
+  auto h = e.cache.begin_loads(stale);
+  STRATA_REQUIRE_THROWS(invalid_argument, "begun already", (void)e.cache.begin_loads(stale));
+  REQUIRE(h.ran.size() == 1);
+  STRATA_REQUIRE_THROWS(invalid_argument, "only after finish_prefill", e.cache.release(request_id{1}, t));
+  (void)e.cache.finish_prefill(request_id{1});
+  STRATA_REQUIRE_THROWS(invalid_argument, "finished its prefill already", (void)e.cache.finish_prefill(request_id{1}));
+  tokens_t other(t.size() + 4, 6);
+  STRATA_REQUIRE_THROWS(invalid_argument, "do not extend its prompt", e.cache.release(request_id{1}, other));
+  tokens_t longer = t;
+  longer.resize(longer.size() + std::size_t(geo.page_tokens * 8), 1);
+  STRATA_REQUIRE_THROWS(invalid_argument, "page table holds", e.cache.release(request_id{1}, longer));
+  STRATA_REQUIRE_THROWS(invalid_argument, "must not be negative", (void)e.cache.evict(tier::device, -1));
+  STRATA_REQUIRE_THROWS(invalid_argument, "no file tier", (void)e.cache.evict(tier::file, 1));
+  e.check();
+  e.cache.release(request_id{1});
+  e.check();
+  CHECK(e.cache.live_requests() == 0);
+  // Tiers of different page shapes do not stack.
+  kv_geometry other_geo = geo;
+  other_geo.page_tokens = 8;
+  engine_memory mem{8};
+  STRATA_REQUIRE_THROWS(invalid_argument, "geometry",
+                        (controller::tiers_type{device_pool<layer_first>{mem.layout(8)}, host_pool{other_geo, 4}}));
+}
+
+TEST_CASE("controller: completions progress on another thread while the engine schedules", "[cpu][controller]")
+{
+  engine_run e{11, 48, 32, write_policy::write_through, true};
+  std::atomic<bool> stop{false};
+  std::thread poller{[&] {
+    while (!stop.load()) {
+      (void)e.cache.poll();
+      (void)e.cache.stats();
+    }
+  }};
+  for (int i = 0; i < 4000; ++i) {
+    e.step();
+  }
+  stop = true;
+  poller.join();
+  e.check();
+}
