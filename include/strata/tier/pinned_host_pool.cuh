@@ -7,9 +7,11 @@
 #include <strata/detail/cuda.cuh>
 #include <strata/layout/page_first.hpp>
 #include <strata/tier/slot_allocator.hpp>
+#include <strata/tier/tier.hpp>
 
 #include <sys/mman.h>
 
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -45,6 +47,8 @@ struct pinned_pool_options {
  */
 class pinned_host_pool {
  public:
+  static constexpr tier kind = tier::host;  ///< the tier it serves (a `tier_stack` store)
+
   /**
    * @param geometry shape of the cache
    * @param num_pages records to hold
@@ -80,6 +84,13 @@ class pinned_host_pool {
   }
   pinned_host_pool(pinned_host_pool const&) = delete;
   pinned_host_pool& operator=(pinned_host_pool const&) = delete;
+  /// @brief Takes over `other`'s memory and slots (into a `tier_stack`); `other` holds nothing after.
+  pinned_host_pool(pinned_host_pool&& other) noexcept
+    : geometry_{other.geometry_}, options_{other.options_}, slots_{std::move(other.slots_)},
+      pages_per_chunk_{other.pages_per_chunk_}, num_pages_{std::exchange(other.num_pages_, 0)},
+      chunks_{std::exchange(other.chunks_, {})}
+  {
+  }
   /**
    * @brief Frees the memory. The owner must first have completed every transfer that reads or
    *        writes it (`transfer_handle::synchronize`, or a synchronised stream): the pool does not
@@ -100,6 +111,8 @@ class pinned_host_pool {
   [[nodiscard]] kv_geometry const& geometry() const noexcept { return geometry_; }
   /// @brief Records in the pool.
   [[nodiscard]] std::int64_t num_pages() const noexcept { return num_pages_; }
+  /// @brief Records in the pool (the `page_store` name).
+  [[nodiscard]] std::int64_t capacity() const noexcept { return num_pages_; }
   /// @brief Records per chunk.
   [[nodiscard]] std::int64_t pages_per_chunk() const noexcept { return pages_per_chunk_; }
   /// @brief Chunks allocated.
@@ -196,5 +209,6 @@ class pinned_host_pool {
   std::int64_t num_pages_{};
   std::vector<chunk> chunks_;
 };
+static_assert(addressable_store<pinned_host_pool>);
 
 }  // namespace strata
