@@ -1,0 +1,475 @@
+/**
+ * @file cache/gpu_executor.cuh
+ * @brief `gpu_executor`: the cache controller's copy orders as GPU transfers, one backend chosen per
+ *        transfer from measured costs; `gpu_policies<Layout>`: the policy bundle of a GPU engine.
+ *
+ * ```
+ * using controller = strata::cache_controller<strata::gpu_policies<strata::layer_first_table>>;
+ * controller cache{controller::tiers_type{strata::device_pool{layout}, strata::pinned_host_pool{geometry, pages}}};
+ * ...
+ * auto loads = cache.begin_loads(plan, compute_stream);   // copies start after the work already there
+ * for (layer l) { strata::wait_layer(loads, l, compute_stream); attention(l); }
+ * ```
+ */
+#pragma once
+
+#include <strata/cache/controller.hpp>
+#include <strata/cache/executor.hpp>
+#include <strata/tier/pinned_host_pool.cuh>
+#include <strata/transfer/backend.cuh>
+#include <strata/transfer/choice.hpp>
+#include <strata/transfer/dma_batch.cuh>
+#include <strata/transfer/gpu_assisted.cuh>
+#include <strata/transfer/staged.cuh>
+#include <strata/transfer/submit_thread.cuh>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace strata {
+
+/// @brief The backends a `gpu_executor` chooses from (the order of its option tables).
+enum class gpu_backend : std::uint8_t {
+  gpu_assisted = 0,  ///< SM copy kernels (`default_load_config` for loads, `default_backup_config` for copies)
+  dma_batch = 1,     ///< the copy engine through `cudaMemcpyBatchAsync` (from a `submit_thread` by default)
+  staged = 2,        ///< whole records by the copy engine, relayed by a kernel (needs a record layout on one side)
+};
+/// @brief Number of `gpu_backend` values.
+inline constexpr std::size_t gpu_backend_count = 3;
+/// @brief Name of a backend, for reports.
+constexpr char const* to_string(gpu_backend b) noexcept
+{
+  constexpr char const* names[] = {"gpu_assisted", "dma_batch", "staged"};
+  return static_cast<std::size_t>(b) < gpu_backend_count ? names[static_cast<std::size_t>(b)] : "?";
+}
+
+namespace h200 {
+/**
+ * @brief Measured costs of the loads of an 8K-token Llama-3.1-8B context (64 KiB blocks) on the
+ *        H200 (docs/benchmarks.md, commits 4f1e287 and 33baf22; contiguous copy 55 GB/s), indexed by
+ *        `gpu_backend`: bandwidth alone / beside prefill / beside decode, and the compute's slowdown.
+ *        `dma_batch` is further capped by its descriptor rate on small blocks (`gpu_executor_config`).
+ */
+inline std::array<transfer_option, gpu_backend_count> load_options()
+{
+  return {transfer_option{"gpu_assisted/2", {50.8, 34.1, 47.9}, {0, 0.15, 0.045}, 0.05},
+          transfer_option{"dma_batch (submit thread)", {53.2, 52.8, 52.3}, {0, 0.023, 0.038}, 0.05},
+          transfer_option{"staged", {53.8, 25.3, 53.4}, {0, 0.045, 0.06}, 0.5}};
+}
+/// @brief The same for backups and demotions (device to host; `gpu_assisted` with one CTA).
+inline std::array<transfer_option, gpu_backend_count> copy_options()
+{
+  return {transfer_option{"gpu_assisted/1", {42.1, 29.7, 29.7}, {0, 0.125, 0.032}, 0.05},
+          transfer_option{"dma_batch (submit thread)", {53.4, 52.8, 52.3}, {0, 0.023, 0.038}, 0.05},
+          transfer_option{"staged", {54.0, 25.3, 53.4}, {0, 0.045, 0.06}, 0.5}};
+}
+}  // namespace h200
+
+/// @brief Settings of a `gpu_executor` (defaults: the H200's measured costs, automatic choice).
+struct gpu_executor_config {
+  /// Use this backend for every transfer (tests, benchmarks); none: choose per transfer. A forced
+  /// `staged` falls back to the choice for a direction without a record layout on either side.
+  std::optional<gpu_backend> force{};
+  /// Costs of each backend for loads (`copy_kind::load`), indexed by `gpu_backend`.
+  std::array<transfer_option, gpu_backend_count> load_options = h200::load_options();
+  /// Costs of each backend for backups and demotions (`copy_kind::copy`).
+  std::array<transfer_option, gpu_backend_count> copy_options = h200::copy_options();
+  /// CPU microseconds per `dma_batch` descriptor (~0.5 on the H200's host): caps its bandwidth at
+  /// `run bytes / descriptor time`, which makes it lose on small blocks (a TP shard's 8 KiB blocks),
+  /// and is its caller CPU cost when it runs on the engine's thread.
+  double dma_descriptor_us = 0.5;
+  /// `transfer_situation::cpu_weight`: what a millisecond of the engine thread's CPU costs.
+  double cpu_weight = 1;
+  /// Let the automatic choice use `staged` for loads. It records every layer's event when the whole
+  /// transfer ends, so a batch's layers cannot start under its own loads: off by default.
+  bool staged_loads = false;
+  /// Submit `dma_batch` transfers from a `submit_thread` (the engine's thread spends ~nothing); false:
+  /// on the calling thread (~0.5 µs per descriptor, while the controller's lock is held).
+  bool dma_submit_thread = true;
+  gpu_assisted_config load_kernel = default_load_config;  ///< copy-kernel quota for loads
+  gpu_assisted_config copy_kernel = default_backup_config;  ///< copy-kernel quota for backups, demotions
+  dma_batch_config dma{};                                   ///< `dma_batch` tuning
+  staged_config staged{};                                   ///< `staged` tuning
+  /// Stream the loads are issued on (e.g. an `sm_partition::copy_stream()`); null: the executor's
+  /// own, at the highest stream priority.
+  cudaStream_t load_stream = nullptr;
+  /// Stream backups and demotions are issued on; null: the executor's own, at the lowest priority.
+  cudaStream_t copy_stream = nullptr;
+};
+
+/// @brief Transfers a `gpu_executor` issued, by kind (`copy_kind`) and backend (`gpu_backend`).
+struct gpu_executor_stats {
+  std::array<std::array<std::int64_t, gpu_backend_count>, 2> transfers{};  ///< [kind][backend]
+  std::array<std::array<std::int64_t, gpu_backend_count>, 2> bytes{};      ///< [kind][backend]
+  std::int64_t failed_submissions = 0;                                     ///< submissions refused
+};
+
+/**
+ * @brief A `copy_executor` for tier stacks of `addressable_store`s (`device_pool<Layout>`,
+ *        `pinned_host_pool`): each submission's orders become one `copy_plan` per direction
+ *        (`detail::for_each_direction`), each moved by a backend chosen with `choose_transfer` from
+ *        the configured costs, the GPU activity the engine reports (`set_activity`), and the block
+ *        size (or the one `gpu_executor_config::force` names).
+ *
+ * - Streams: `stream_type` is `cudaStream_t` (0: the legacy default stream). A submission's copies
+ *   are ordered after the work already on that stream (an event recorded there: compute writing
+ *   pages being backed up), but run on the executor's streams — loads on a high-priority stream,
+ *   backups and demotions on a low-priority one — so later work on the caller's stream does not
+ *   wait for them: make it wait per layer with `wait_layer`.
+ * - Handles: `transfer_handle`. Loads complete per layer (`completion::per_layer`), copies as a
+ *   whole. A submission with several directions issues them in order on one stream, so the last
+ *   one's handle covers all. A submission refused before anything moved (a plan `validate` or a
+ *   backend rejects) returns a failed handle; a CUDA error while enqueueing also fails it, after the
+ *   stream has drained (nothing of it still writes).
+ * - `dma_batch` goes through the executor's `submit_thread` (when configured, for single-direction
+ *   submissions): its CPU cost leaves the engine's thread.
+ * - Thread safety: `submit` is serialised by the controller's lock; `status`, `set_activity` and
+ *   `stats` may be called from any thread.
+ *
+ * The CUDA parts (streams, backends, the submit thread) are created by the first `submit` on the
+ * device current then; the destructor waits for every transfer it issued (the pinned pool it reads
+ * may be freed right after).
+ */
+class gpu_executor {
+ public:
+  using stream_type = cudaStream_t;     ///< what orders submissions (0: the legacy default stream)
+  using handle_type = transfer_handle;  ///< one submission, per-layer completion for loads
+
+  /// @brief The defaults: automatic choice from the H200's costs.
+  gpu_executor() : gpu_executor(gpu_executor_config{}) {}
+  /**
+   * @param config backends' tuning, costs, forced backend, streams
+   * @throw strata::invalid_argument for a non-positive descriptor time or negative CPU weight
+   */
+  explicit gpu_executor(gpu_executor_config config) : state_{std::make_unique<state>(std::move(config))}
+  {
+    STRATA_EXPECTS(state_->config.dma_descriptor_us > 0 && state_->config.cpu_weight >= 0,
+                   "gpu_executor: dma_descriptor_us must be positive and cpu_weight not negative (got ",
+                   state_->config.dma_descriptor_us, ", ", state_->config.cpu_weight, ")");
+  }
+  gpu_executor(gpu_executor&&) noexcept = default;
+  gpu_executor& operator=(gpu_executor&&) noexcept = default;
+  gpu_executor(gpu_executor const&) = delete;
+  gpu_executor& operator=(gpu_executor const&) = delete;
+  ~gpu_executor() = default;
+
+  /**
+   * @brief What the GPU does meanwhile, for the choice of later transfers: `prefill` (GEMM-bound),
+   *        `decode` (memory-bound) or `idle`, and for how long (ms; 0: assume as long as the
+   *        transfer itself, a balanced batch). Any thread.
+   */
+  void set_activity(gpu_activity activity, double compute_ms = 0) noexcept
+  {
+    state_->activity.store(activity, std::memory_order_relaxed);
+    state_->compute_ms.store(compute_ms > 0 ? compute_ms : 0, std::memory_order_relaxed);
+  }
+  /// @brief The activity last set.
+  [[nodiscard]] gpu_activity activity() const noexcept { return state_->activity.load(std::memory_order_relaxed); }
+
+  /**
+   * @brief Starts every order (see the class comment for streams and handles).
+   * @return one handle for the whole submission; failed (never throws) when it was refused
+   */
+  template <class Tiers>
+  handle_type submit(Tiers& tiers, std::span<copy_order const> orders, copy_kind kind, stream_type stream = {})
+  {
+    state& st = *state_;
+    layer_range const all = layer_range::all(tiers.geometry());
+    try {
+      cuda_parts& cp = st.parts();
+      cudaStream_t const s = kind == copy_kind::load ? cp.load_stream : cp.copy_stream;
+      if (stream != s) {  // after the caller's work, without holding the caller's later work back
+        STRATA_CUDA_TRY(cudaEventRecord(cp.order.get(), stream));
+        STRATA_CUDA_TRY(cudaStreamWaitEvent(s, cp.order.get(), 0));
+      }
+      bool seen[tier_count][tier_count]{};
+      int directions = 0;
+      for (auto const& o : orders) {
+        bool& b = seen[std::size_t(o.from)][std::size_t(o.to)];
+        directions += b ? 0 : 1;
+        b = true;
+      }
+      handle_type last;
+      try {
+        detail::for_each_direction(tiers, orders, [&](auto& src, auto& dst, std::span<page_pair const> pairs) {
+          using S = std::remove_cvref_t<decltype(src)>;
+          using D = std::remove_cvref_t<decltype(dst)>;
+          if constexpr (addressable_store<S> && addressable_store<D>) {
+            copy_plan const plan{src.layout(), dst.layout(), pairs, all};
+            last = issue(plan, kind, s, directions == 1);
+          } else {
+            STRATA_EXPECTS(false, "gpu_executor: no copy between the ", to_string(S::kind), " and ",
+                           to_string(D::kind), " tiers (both need a layout)");
+          }
+        });
+      } catch (invalid_argument const&) {
+        if (directions > 1) { (void)cudaStreamSynchronize(s); }  // an earlier direction may be in flight
+        throw;
+      } catch (...) {
+        (void)cudaStreamSynchronize(s);
+        (void)cudaGetLastError();
+        throw;
+      }
+      return last.valid() ? last : failed_handle(all, nullptr);
+    } catch (...) {
+      ++st.failed;
+      return failed_handle(all, std::current_exception());
+    }
+  }
+
+  /// @brief `done` once every copy landed, `failed` if enqueueing failed or a CUDA error surfaced,
+  ///        else `pending`. An empty handle is done. Never blocks; any thread.
+  [[nodiscard]] copy_status status(handle_type const& h) const noexcept
+  {
+    if (!h.valid()) { return copy_status::done; }
+    if (h.failed()) { return copy_status::failed; }
+    try {
+      return h.done() ? copy_status::done : copy_status::pending;
+    } catch (...) {
+      return copy_status::failed;
+    }
+  }
+
+  /// @brief Blocks until every transfer issued so far has landed (tests, shutdown).
+  void synchronize() const
+  {
+    state& st = *state_;
+    if (!st.cuda) { return; }
+    if (st.cuda->thread) { st.cuda->thread->drain(); }
+    for (auto const& h : st.cuda->threaded) {
+      if (h.valid() && !h.failed()) { h.synchronize(); }
+    }
+    STRATA_CUDA_TRY(cudaStreamSynchronize(st.cuda->load_stream));
+    STRATA_CUDA_TRY(cudaStreamSynchronize(st.cuda->copy_stream));
+  }
+
+  /// @brief The backend the choice picks for `bytes` in blocks of `block_bytes` (what `submit` does
+  ///        per direction), for reports and tests. @param records whether `staged` can move it
+  [[nodiscard]] gpu_backend choose(copy_kind kind, double bytes, double block_bytes, bool records = true) const
+  {
+    return state_->choose(kind, bytes, block_bytes, records);
+  }
+
+  /// @brief Transfers issued so far. Any thread.
+  [[nodiscard]] gpu_executor_stats stats() const noexcept
+  {
+    gpu_executor_stats s;
+    for (std::size_t k = 0; k < 2; ++k) {
+      for (std::size_t b = 0; b < gpu_backend_count; ++b) {
+        s.transfers[k][b] = state_->transfers[k][b].load(std::memory_order_relaxed);
+        s.bytes[k][b] = state_->bytes[k][b].load(std::memory_order_relaxed);
+      }
+    }
+    s.failed_submissions = state_->failed.load(std::memory_order_relaxed);
+    return s;
+  }
+  /// @brief The settings.
+  [[nodiscard]] gpu_executor_config const& config() const noexcept { return state_->config; }
+  /// @brief The stream loads are issued on (created on first use).
+  [[nodiscard]] cudaStream_t load_stream() { return state_->parts().load_stream; }
+  /// @brief The stream backups and demotions are issued on (created on first use).
+  [[nodiscard]] cudaStream_t copy_stream() { return state_->parts().copy_stream; }
+
+ private:
+  using backend_set = std::tuple<gpu_assisted, dma_batch, staged>;
+
+  struct cuda_parts {
+    explicit cuda_parts(gpu_executor_config const& c)
+        : load{c.load_kernel, c.dma, c.staged}, copy{c.copy_kernel, c.dma, c.staged}, direct{c.dma}
+    {
+      int low = 0, high = 0;
+      STRATA_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&low, &high));
+      if (c.load_stream == nullptr) { own_load.emplace(high); }
+      if (c.copy_stream == nullptr) { own_copy.emplace(low); }
+      load_stream = own_load ? own_load->get() : c.load_stream;
+      copy_stream = own_copy ? own_copy->get() : c.copy_stream;
+      if (c.dma_submit_thread) { thread.emplace(); }
+    }
+    cuda_parts(cuda_parts const&) = delete;
+    cuda_parts& operator=(cuda_parts const&) = delete;
+    ~cuda_parts()
+    {
+      // What the executor issued must land before its pools may go (members then wait for the rest).
+      if (thread) { thread->drain(); }
+      for (auto const& h : threaded) {
+        if (h.valid() && !h.failed()) {
+          try {
+            h.synchronize();
+          } catch (...) {
+          }
+        }
+      }
+      if (cudaStreamSynchronize(load_stream) != cudaSuccess) { (void)cudaGetLastError(); }
+      if (cudaStreamSynchronize(copy_stream) != cudaSuccess) { (void)cudaGetLastError(); }
+    }
+
+    std::optional<detail::cuda_stream> own_load, own_copy;
+    cudaStream_t load_stream{}, copy_stream{};
+    detail::cuda_event order;
+    backend_set load;  // used for loads only, so several loads and copies are in flight independently
+    backend_set copy;
+    dma_batch direct;                     // dma_batch on the calling thread (no submit thread, or several directions)
+    std::optional<submit_thread> thread;  // destroyed first: it finishes enqueueing into `load`/`copy`
+    std::array<transfer_handle, 2> threaded;  // the submit thread's last transfer of each kind
+  };
+
+  struct state {
+    explicit state(gpu_executor_config c) : config{std::move(c)} {}
+    cuda_parts& parts()
+    {
+      if (!cuda) { cuda = std::make_unique<cuda_parts>(config); }
+      return *cuda;
+    }
+
+    gpu_backend choose(copy_kind kind, double bytes, double block_bytes, bool records) const
+    {
+      auto const& table = kind == copy_kind::load ? config.load_options : config.copy_options;
+      gpu_activity const a = activity.load(std::memory_order_relaxed);
+      std::vector<transfer_option> candidates;
+      std::vector<gpu_backend> which;
+      for (std::size_t b = 0; b < gpu_backend_count; ++b) {
+        auto const backend = gpu_backend(b);
+        if (backend == gpu_backend::staged && (!records || (kind == copy_kind::load && !config.staged_loads))) {
+          continue;
+        }
+        transfer_option o = table[b];
+        if (backend == gpu_backend::dma_batch) {
+          double const cap = block_bytes / (config.dma_descriptor_us * 1e3);  // GB/s at one descriptor per run
+          for (auto& g : o.gbps) {
+            g = std::min(g, cap);
+          }
+          if (!config.dma_submit_thread) { o.caller_cpu_ms_per_gib = double(1 << 30) / block_bytes * config.dma_descriptor_us * 1e-3; }
+        }
+        candidates.push_back(std::move(o));
+        which.push_back(backend);
+      }
+      transfer_situation sit;
+      sit.activity = a;
+      sit.bytes = bytes;
+      sit.cpu_weight = config.cpu_weight;
+      sit.compute_ms = compute_ms.load(std::memory_order_relaxed);
+      if (a != gpu_activity::idle && sit.compute_ms == 0) {  // unknown: as long as the fastest transfer
+        double best = 0;
+        for (auto const& o : candidates) {
+          best = std::max(best, o.gbps[std::size_t(a)]);
+        }
+        sit.compute_ms = best > 0 ? bytes / (best * 1e9) * 1e3 : 0;
+      }
+      return which[choose_transfer(candidates, sit)];
+    }
+
+    gpu_executor_config config;
+    std::atomic<gpu_activity> activity{gpu_activity::idle};
+    std::atomic<double> compute_ms{0};
+    std::array<std::array<std::atomic<std::int64_t>, gpu_backend_count>, 2> transfers{};
+    std::array<std::array<std::atomic<std::int64_t>, gpu_backend_count>, 2> bytes{};
+    std::atomic<std::int64_t> failed{0};
+    std::unique_ptr<cuda_parts> cuda;
+  };
+
+  /// Bytes of the longest run a block of `plan` moves as one piece (what a DMA descriptor carries).
+  template <kv_layout Src, kv_layout Dst>
+  static double run_bytes(copy_plan<Src, Dst> const& plan)
+  {
+    kv_geometry const g = plan.src.geometry();
+    block_ref const s = plan.src.block(plan.pages[0].src, plan.layers.begin, 0);
+    block_ref const d = plan.dst.block(plan.pages[0].dst, plan.layers.begin, 0);
+    if (s.contiguous(g) && d.contiguous(g)) { return double(g.block_bytes()); }
+    if (s.token_stride == g.head_bytes() && d.token_stride == g.head_bytes()) {
+      return double(g.page_tokens * g.head_bytes());
+    }
+    return double(g.head_bytes());
+  }
+
+  template <kv_layout Src, kv_layout Dst>
+  transfer_handle issue(copy_plan<Src, Dst> const& plan, copy_kind kind, cudaStream_t s, bool alone)
+  {
+    validate(plan);
+    state& st = *state_;
+    cuda_parts& cp = *st.cuda;
+    constexpr bool records = record_layout<Src> || record_layout<Dst>;
+    gpu_backend b = st.config.force.value_or(gpu_backend::gpu_assisted);
+    if (!st.config.force || (b == gpu_backend::staged && !records)) {
+      b = st.choose(kind, double(plan.bytes()), run_bytes(plan), records);
+    }
+    completion const c = kind == copy_kind::load ? completion::per_layer : completion::whole;
+    backend_set& set = kind == copy_kind::load ? cp.load : cp.copy;
+    std::size_t const k = kind == copy_kind::load ? 0 : 1;
+    transfer_handle h;
+    switch (b) {
+      case gpu_backend::gpu_assisted:
+        h = strata::submit(std::get<gpu_assisted>(set), plan, s, c);
+        break;
+      case gpu_backend::dma_batch:
+        if (cp.thread && alone) {
+          h = cp.thread->submit(std::get<dma_batch>(set), plan, s, c,
+                                kind == copy_kind::load ? transfer_kind::load : transfer_kind::backup);
+          cp.threaded[k] = h;
+        } else {
+          h = strata::submit(cp.direct, plan, s, c);
+        }
+        break;
+      case gpu_backend::staged:
+        if constexpr (records) {
+          h = strata::submit(std::get<staged>(set), plan, s, c);
+        } else {
+          STRATA_EXPECTS(false, "gpu_executor: staged needs a record layout on one side");
+        }
+        break;
+    }
+    st.transfers[k][std::size_t(b)].fetch_add(1, std::memory_order_relaxed);
+    st.bytes[k][std::size_t(b)].fetch_add(plan.bytes(), std::memory_order_relaxed);
+    return h;
+  }
+
+  static transfer_handle failed_handle(layer_range layers, std::exception_ptr e)
+  {
+    if (!e) { e = std::make_exception_ptr(invalid_argument("strata: gpu_executor: nothing to copy")); }
+    transfer_handle h{layers.size() > 0 ? layers : layer_range{0, 1}, completion::whole};
+    h.fail(std::move(e));
+    return h;
+  }
+
+  std::unique_ptr<state> state_;
+};
+static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, pinned_host_pool>>);
+
+/**
+ * @brief The policy bundle of a GPU engine: the engine's pool in `Layout` (device memory), a pinned
+ *        host tier, the Strata strategy, `gpu_executor`.
+ * @tparam Layout the engine's `kv_layout` (`layer_first`, `layer_first_table` from `sglang_layout`,
+ *         `vllm_layout`, ...)
+ */
+template <kv_layout Layout>
+struct gpu_policies {
+  using tiers = tier_stack<device_pool<Layout>, pinned_host_pool>;  ///< device and pinned host tiers
+  using scheduler = strata_scheduler;                               ///< delay hits, balance, bubbles
+  using executor = gpu_executor;                                    ///< GPU transfers, chosen per transfer
+};
+
+/**
+ * @brief Makes `stream` wait until `layer` of a batch's loads has landed (nothing to wait for when
+ *        the batch loads nothing).
+ * @return false when the loads failed: the batch's started requests must not read their cached
+ *         pages (call `complete`/`poll`: the controller sends them back to wait)
+ * @throw strata::invalid_argument for a layer outside the model; strata::cuda_error from CUDA
+ */
+inline bool wait_layer(load_handle<transfer_handle> const& loads, std::int64_t layer, cuda::stream_ref stream)
+{
+  if (!loads.transfer) { return true; }
+  transfer_handle const& h = *loads.transfer;
+  if (h.failed()) { return false; }
+  try {
+    h.wait_layer(layer, stream);
+  } catch (...) {
+    if (h.failed()) { return false; }  // enqueueing failed on the submit thread meanwhile
+    throw;
+  }
+  return true;
+}
+
+}  // namespace strata
