@@ -1,0 +1,408 @@
+// cache_controller<gpu_policies<layer_first>> on the GPU: the engine loop with gpu_executor over every
+// backend (forced one at a time, and the automatic choice beside each GPU activity). Multi-turn
+// requests share documents, the device pool holds about two of them (evictions, demotions and
+// backups under pressure), two batches are in flight before anything is polled. Every KV byte is
+// checked against a content function the controller never sees: page p of a token sequence holds
+// words derived from the tokens of its prefix, written by a kernel standing in for the model.
+#include "gpu_support.cuh"
+
+#include <strata/cache/gpu_executor.cuh>
+
+#include <map>
+#include <random>
+#include <unordered_map>
+
+using namespace strata;
+
+namespace {
+
+using tokens_t = std::vector<std::int32_t>;
+using controller = cache_controller<gpu_policies<layer_first>>;
+
+kv_geometry const geo{4, 16, 2, 64, 2, 2};  // 4 layers, 16-token pages, 128-byte head rows: 32 KiB pages
+
+std::uint64_t page_key(tokens_t const& tokens, std::int64_t p)
+{
+  std::uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (std::int64_t i = 0; i < (p + 1) * geo.page_tokens; ++i) {
+    h = (h ^ std::uint64_t(std::uint32_t(tokens[std::size_t(i)]))) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+__host__ __device__ std::uint64_t word(std::uint64_t key, std::int64_t layer, std::int64_t plane, std::int64_t w)
+{
+  std::uint64_t x = key + std::uint64_t(((layer * 2 + plane) << 20) + w) * 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// Up to 64 (device page, key) pairs per launch, by value.
+struct page_jobs {
+  int n = 0;
+  std::int64_t page[64];
+  std::uint64_t key[64];
+};
+
+/// The "model": writes every layer and plane of each job's page.
+__global__ void write_pages(layer_first l, page_jobs jobs)
+{
+  kv_geometry const g = l.geometry();
+  std::int64_t const words = g.block_bytes() / 8;
+  for (int j = blockIdx.x; j < jobs.n; j += gridDim.x) {
+    for (std::int64_t layer = 0; layer < g.layers; ++layer) {
+      for (std::int64_t k = 0; k < g.planes; ++k) {
+        auto* b = reinterpret_cast<std::uint64_t*>(l.block(jobs.page[j], layer, k).data);
+        for (std::int64_t w = threadIdx.x; w < words; w += blockDim.x) {
+          b[w] = word(jobs.key[j], layer, k, w);
+        }
+      }
+    }
+  }
+}
+
+bool block_ok(std::byte const* b, std::uint64_t key, std::int64_t layer, std::int64_t plane)
+{
+  for (std::int64_t w = 0; w < geo.block_bytes() / 8; ++w) {
+    std::uint64_t v;
+    std::memcpy(&v, b + w * 8, 8);
+    if (v != word(key, layer, plane, w)) { return false; }
+  }
+  return true;
+}
+
+/// A GPU engine driving the controller; it checks every page it reads.
+struct gpu_engine {
+  std::mt19937_64 rng;
+  std::int64_t device_pages;
+  test::device_storage memory;
+  layer_first layout;
+  detail::cuda_stream compute;
+  controller cache;
+  std::vector<tokens_t> documents;
+  struct req {
+    tokens_t tokens;
+    std::int64_t max_new = 1;
+    std::int64_t cached = 0;  // whole pages found cached at start
+    bool started = false, prefilled = false, running = false;
+  };
+  std::map<std::uint64_t, req> live;
+  std::vector<tokens_t> finished_turns;  // prompts + answers released with their tokens (for later turns)
+  std::unordered_map<std::uint64_t, std::uint64_t> key_of_word0;  // content function, inverted
+  std::uint64_t next_id = 1;
+  std::int64_t checked_pages = 0, checked_host_pages = 0;
+
+  gpu_engine(std::uint64_t seed, std::int64_t dev, std::int64_t host, gpu_executor_config config)
+      : rng{seed},
+        device_pages{dev},
+        memory(std::size_t(dev * geo.page_bytes())),
+        layout{memory.data(), geo, dev},
+        cache{controller::tiers_type{device_pool<layer_first>{layout}, pinned_host_pool{geo, host}}, options(), strata_scheduler{},
+              gpu_executor{std::move(config)}}
+  {
+    STRATA_CUDA_TRY(cudaMemset(memory.data(), 0xA5, memory.size()));  // poison
+    STRATA_CUDA_TRY(cudaDeviceSynchronize());
+    for (int d = 0; d < 4; ++d) {
+      tokens_t doc(std::size_t(geo.page_tokens * std::int64_t(6 + rng() % 8)));
+      for (auto& t : doc) {
+        t = std::int32_t(rng() % 30000);
+      }
+      documents.push_back(doc);
+    }
+  }
+  static controller_options options()
+  {
+    controller_options o;
+    o.policy = write_policy::write_through;
+    o.delay_hit_tokens = 32;
+    return o;
+  }
+
+  void remember(tokens_t const& t)
+  {
+    for (std::int64_t p = 0; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
+      std::uint64_t const k = page_key(t, p);
+      key_of_word0[word(k, 0, 0, 0)] = k;
+    }
+  }
+
+  void write(std::vector<std::pair<std::int64_t, std::uint64_t>> const& pages)
+  {
+    for (std::size_t at = 0; at < pages.size(); at += 64) {
+      page_jobs j;
+      j.n = int(std::min<std::size_t>(64, pages.size() - at));
+      for (int i = 0; i < j.n; ++i) {
+        j.page[i] = pages[at + std::size_t(i)].first;
+        j.key[i] = pages[at + std::size_t(i)].second;
+      }
+      write_pages<<<j.n, 256, 0, compute.get()>>>(layout, j);
+      STRATA_CUDA_TRY(cudaGetLastError());
+    }
+  }
+
+  /// Checks whole pages [0, pages) of a request's page table in device memory.
+  void verify(std::uint64_t id, std::int64_t pages)
+  {
+    if (pages == 0) { return; }
+    STRATA_CUDA_TRY(cudaStreamSynchronize(compute.get()));
+    auto const bytes = test::download(memory);
+    layer_first const host_view{const_cast<std::byte*>(bytes.data()), geo, device_pages};
+    auto const table = cache.page_table(request_id{id});
+    tokens_t const& t = live.at(id).tokens;
+    for (std::int64_t p = 0; p < pages; ++p) {
+      std::uint64_t const key = page_key(t, p);
+      for (std::int64_t layer = 0; layer < geo.layers; ++layer) {
+        for (std::int64_t k = 0; k < geo.planes; ++k) {
+          INFO("request " << id << " page " << p << " of " << pages << " device page " << table[std::size_t(p)]
+                          << " layer " << layer << " plane " << k);
+          REQUIRE(block_ok(host_view.block(table[std::size_t(p)], layer, k).data, key, layer, k));
+        }
+      }
+      ++checked_pages;
+    }
+  }
+
+  /// Every allocated host slot holds a whole, correct page of some sequence (after every copy landed).
+  void verify_host()
+  {
+    cache.executor().synchronize();
+    for (int i = 0; i < 100 && cache.poll() > 0; ++i) {
+      cache.executor().synchronize();
+    }
+    REQUIRE(cache.pending_submissions() == 0);
+    auto& host = cache.tiers().get<tier::host>();
+    page_first_chunked const l = host.layout();
+    for (std::int64_t s = 0; s < host.capacity(); ++s) {
+      if (!host.slots().is_allocated(s)) { continue; }
+      std::uint64_t w0;
+      std::memcpy(&w0, l.block(s, 0, 0).data, 8);
+      auto const it = key_of_word0.find(w0);
+      INFO("host slot " << s);
+      REQUIRE(it != key_of_word0.end());
+      for (std::int64_t layer = 0; layer < geo.layers; ++layer) {
+        for (std::int64_t k = 0; k < geo.planes; ++k) {
+          REQUIRE(block_ok(l.block(s, layer, k).data, it->second, layer, k));
+        }
+      }
+      ++checked_host_pages;
+    }
+  }
+
+  void submit()
+  {
+    tokens_t t;
+    if (!finished_turns.empty() && rng() % 3 == 0) {  // a later turn of a finished conversation
+      t = finished_turns[rng() % finished_turns.size()];
+    } else {
+      t = documents[rng() % documents.size()];
+    }
+    std::int64_t const question = std::int64_t(5 + rng() % 40);
+    for (std::int64_t i = 0; i < question; ++i) {
+      t.push_back(std::int32_t(30000 + rng() % 500));
+    }
+    std::uint64_t const id = next_id++;
+    std::int64_t const max_new = std::int64_t(1 + rng() % 24);
+    cache.submit({request_id{id}, t, 0, max_new, 0.0});
+    live[id] = {t, max_new};
+    remember(t);
+  }
+
+  /// Two batches in flight, then their loads checked (each after its handle synchronised), then the
+  /// prefill "computed" and committed.
+  void round()
+  {
+    std::vector<controller::load_handle_type> batches;
+    for (int b = 0; b < 2; ++b) {
+      batch_plan const plan = cache.schedule({std::int64_t(256 + rng() % 512), 0, 0, 0});
+      batches.push_back(cache.begin_loads(plan, compute.get()));
+      for (auto const& s : batches.back().started) {
+        req& r = live.at(s.id.value);
+        r.started = true;
+        r.cached = 0;
+        for (auto c : s.cached_pages) {
+          r.cached += c;
+        }
+      }
+    }
+    for (auto const& h : batches) {
+      for (std::int64_t l = 0; l < geo.layers; ++l) {
+        REQUIRE(wait_layer(h, l, compute.get()));
+      }
+      if (h.transfer) {
+        h.transfer->synchronize();
+        CHECK(cache.executor().status(*h.transfer) == copy_status::done);
+      }
+      for (auto const& s : h.started) {
+        verify(s.id.value, live.at(s.id.value).cached);
+      }
+      for (auto const& it : h.ran) {
+        if (it.last_chunk) { live.at(it.id.value).prefilled = true; }
+      }
+    }
+    if (rng() % 2 == 0) { (void)cache.poll(); }
+    for (auto& [id, r] : live) {
+      if (!r.prefilled || r.running) { continue; }
+      auto const table = cache.page_table(request_id{id});
+      std::int64_t const whole = std::int64_t(r.tokens.size()) / geo.page_tokens;
+      std::vector<std::pair<std::int64_t, std::uint64_t>> jobs;
+      for (std::int64_t p = r.cached; p < whole; ++p) {
+        jobs.push_back({table[std::size_t(p)], page_key(r.tokens, p)});
+      }
+      write(jobs);
+      (void)cache.finish_prefill(request_id{id}, compute.get());
+      r.running = true;
+      verify(id, whole);
+    }
+  }
+
+  void release_some()
+  {
+    for (auto it = live.begin(); it != live.end();) {
+      req& r = it->second;
+      if (!r.running || rng() % 3 == 0) {
+        ++it;
+        continue;
+      }
+      std::uint64_t const id = it->first;
+      tokens_t all = r.tokens;
+      std::int64_t const out = std::int64_t(rng() % (r.max_new + 1));
+      for (std::int64_t i = 0; i < out; ++i) {
+        all.push_back(std::int32_t(31000 + rng() % 7));
+      }
+      remember(all);
+      auto const table = cache.page_table(request_id{id});
+      std::int64_t const whole = std::int64_t(r.tokens.size()) / geo.page_tokens;
+      std::vector<std::pair<std::int64_t, std::uint64_t>> jobs;
+      for (std::int64_t p = whole; p < std::int64_t(all.size()) / geo.page_tokens; ++p) {
+        jobs.push_back({table[std::size_t(p)], page_key(all, p)});  // decode wrote these
+      }
+      write(jobs);
+      cache.release(request_id{id}, all, compute.get());
+      finished_turns.push_back(all);
+      it = live.erase(it);
+    }
+  }
+
+  void drain()
+  {
+    for (int i = 0; i < 200 && !live.empty(); ++i) {
+      round();
+      release_some();
+    }
+    for (auto& [id, r] : live) {
+      cache.release(request_id{id});
+    }
+    live.clear();
+  }
+};
+
+void run_loop(gpu_executor_config config, std::uint64_t seed, gpu_activity activity, int rounds)
+{
+  gpu_engine e{seed, 28, 96, config};  // ~2 documents on the device
+  e.cache.executor().set_activity(activity);
+  for (int i = 0; i < rounds; ++i) {
+    for (int k = 0; k < 3; ++k) {
+      e.submit();
+    }
+    e.round();
+    e.release_some();
+    if (i % 5 == 4) { (void)e.cache.evict(tier::device, std::int64_t(e.rng() % 6), e.compute.get()); }
+    e.cache.check_invariants();
+  }
+  e.drain();
+  e.verify_host();
+  e.cache.check_invariants();
+  auto const s = e.cache.stats();
+  auto const x = e.cache.executor().stats();
+  WARN("pages checked: device " << e.checked_pages << ", host " << e.checked_host_pages << "; bytes host->device "
+                                << s.bytes_moved[1][0] << ", device->host " << s.bytes_moved[0][1] << "; evicted "
+                                << s.evicted_pages[0] << "; transfers by backend (loads) " << x.transfers[0][0]
+                                << "/" << x.transfers[0][1] << "/" << x.transfers[0][2] << ", (copies) "
+                                << x.transfers[1][0] << "/" << x.transfers[1][1] << "/" << x.transfers[1][2]);
+  CHECK(e.checked_pages > 100);
+  CHECK(e.checked_host_pages > 0);
+  CHECK(s.hit_tokens[1] > 0);  // loads from the host tier happened
+  CHECK(s.bytes_moved[0][1] > 0);
+  CHECK(s.evicted_pages[0] > 0);
+  CHECK(s.failed_transfers == 0);
+  CHECK(x.failed_submissions == 0);
+  if (config.force) {
+    auto const b = std::size_t(*config.force);
+    for (std::size_t k = 0; k < 2; ++k) {
+      for (std::size_t o = 0; o < gpu_backend_count; ++o) {
+        if (o != b) { CHECK(x.transfers[k][o] == 0); }
+      }
+    }
+    CHECK(x.transfers[0][b] > 0);
+    CHECK(x.transfers[1][b] > 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gpu controller: every KV byte right through each forced backend", "[gpu][controller]")
+{
+  int const rounds = std::getenv("STRATA_GPU_TEST_QUICK") != nullptr ? 12 : 40;
+  for (gpu_backend b : {gpu_backend::gpu_assisted, gpu_backend::dma_batch, gpu_backend::staged}) {
+    INFO("backend " << to_string(b));
+    gpu_executor_config c;
+    c.force = b;
+    run_loop(c, 100 + std::uint64_t(b), gpu_activity::idle, rounds);
+  }
+}
+
+TEST_CASE("gpu controller: every KV byte right with dma_batch on the calling thread", "[gpu][controller]")
+{
+  int const rounds = std::getenv("STRATA_GPU_TEST_QUICK") != nullptr ? 12 : 40;
+  {
+    gpu_executor_config c;
+    c.force = gpu_backend::dma_batch;
+    c.dma_submit_thread = false;
+    run_loop(c, 7, gpu_activity::idle, rounds);
+  }
+}
+
+TEST_CASE("gpu controller: every KV byte right with the automatic choice", "[gpu][controller]")
+{
+  int const rounds = std::getenv("STRATA_GPU_TEST_QUICK") != nullptr ? 12 : 40;
+  for (gpu_activity a : {gpu_activity::idle, gpu_activity::prefill, gpu_activity::decode}) {
+    INFO("activity " << int(a));
+    gpu_executor_config c;
+    c.staged_loads = a == gpu_activity::decode;
+    run_loop(c, 200 + std::uint64_t(a), a, rounds);
+  }
+}
+
+TEST_CASE("gpu_executor: the choice follows block size and activity", "[gpu][controller]")
+{
+  gpu_executor e;
+  double const gib = double(1 << 30);
+  CHECK(e.choose(copy_kind::load, gib, 64 << 10) == gpu_backend::dma_batch);  // large blocks: the copy engine
+  CHECK(e.choose(copy_kind::load, gib, 8 << 10) == gpu_backend::gpu_assisted);  // 8 KiB blocks: DMA is CPU-bound
+  e.set_activity(gpu_activity::prefill);
+  CHECK(e.choose(copy_kind::load, gib, 64 << 10) == gpu_backend::dma_batch);
+  CHECK(e.choose(copy_kind::copy, gib, 4 << 10) == gpu_backend::gpu_assisted);
+  e.set_activity(gpu_activity::decode);
+  CHECK(e.choose(copy_kind::copy, gib, 4 << 10) == gpu_backend::staged);  // records keep the link full
+  CHECK(e.choose(copy_kind::copy, gib, 4 << 10, false) == gpu_backend::gpu_assisted);
+}
+
+TEST_CASE("gpu_executor: a refused submission fails its handle, never throws", "[gpu][controller]")
+{
+  gpu_engine e{5, 8, 8, gpu_executor_config{}};
+  auto& tiers = e.cache.tiers();
+  copy_order bad;
+  bad.from = tier::host;
+  bad.to = tier::device;
+  bad.from_pages = {0, 1};
+  bad.to_pages = {3, 3};  // one destination twice: validate refuses it
+  std::vector<copy_order> orders{bad};
+  gpu_executor x;
+  auto const h = x.submit(tiers, std::span<copy_order const>{orders}, copy_kind::load, e.compute.get());
+  CHECK(x.status(h) == copy_status::failed);
+  CHECK(x.stats().failed_submissions == 1);
+  load_handle<transfer_handle> lh;
+  lh.transfer = h;
+  CHECK_FALSE(wait_layer(lh, 0, e.compute.get()));
+}
