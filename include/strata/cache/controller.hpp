@@ -567,6 +567,8 @@ class cache_controller {
   [[nodiscard]] tiers_type& tiers() noexcept { return tiers_; }
   /// @brief The executor (the simulator advances its clock).
   [[nodiscard]] executor_type& executor() noexcept { return executor_; }
+  /// @brief The executor.
+  [[nodiscard]] executor_type const& executor() const noexcept { return executor_; }
   /// @brief The strategy.
   [[nodiscard]] scheduler_type const& scheduler() const noexcept { return scheduler_; }
   /// @brief The settings (with the cost model in use).
@@ -698,8 +700,13 @@ class cache_controller {
     for (auto& o : tree_.take_copies()) {
       queued_.push_back(std::move(o));
     }
-    if (queued_.empty()) { return; }
-    (void)submit_orders(std::exchange(queued_, {}), copy_kind::copy, stream, nullptr);
+    // One submission per order: each backup or demotion settles (and frees its source) as soon as
+    // it lands, not when the slowest of a group does.
+    for (auto& o : std::exchange(queued_, {})) {
+      std::vector<copy_order> one;
+      one.push_back(std::move(o));
+      (void)submit_orders(std::move(one), copy_kind::copy, stream, nullptr);
+    }
   }
   handle_type submit_orders(std::vector<copy_order> orders, copy_kind kind, stream_type stream,
                             std::vector<started_request> const* readers)

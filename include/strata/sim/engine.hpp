@@ -12,12 +12,13 @@
  */
 #pragma once
 
-#include <strata/index/hiradix_tree.hpp>
-#include <strata/sched/toolkit.hpp>
+#include <strata/cache/controller.hpp>
+#include <strata/sim/virtual_executor.hpp>
 #include <strata/sim/workload.hpp>
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <queue>
@@ -96,42 +97,58 @@ struct engine_counters {
   std::int64_t rejected = 0;
 };
 
+/// @brief The simulator's tiers: page ids only, every tier present (capacity 0: absent).
+using virtual_tiers = tier_stack<virtual_pool<tier::device>, virtual_pool<tier::host>, virtual_pool<tier::file>,
+                                 virtual_pool<tier::remote>>;
+
+/// @brief The policy bundle the simulator runs a strategy with: virtual tiers and time.
+template <scheduler_strategy Strategy>
+struct sim_policies {
+  using tiers = virtual_tiers;        ///< page ids only
+  using scheduler = Strategy;         ///< the strategy under test
+  using executor = virtual_executor;  ///< copies land in virtual time
+};
+
 /**
- * @brief One engine instance.
+ * @brief One engine instance: virtual time and accounting around a `cache_controller`, which owns
+ *        the request lifecycle (the index, device pages, loads, backups) exactly as for a real engine.
  * @tparam Strategy the scheduler
  */
 template <scheduler_strategy Strategy>
 class engine {
  public:
+  using controller_type = cache_controller<sim_policies<Strategy>>;  ///< what the engine drives
+
   /**
    * @throw strata::invalid_argument for a bad configuration
    */
   engine(engine_config config, Strategy strategy, int instance = 0)
       : config_{(config.validate(), config)},
-        strategy_{std::move(strategy)},
         instance_{instance},
-        tree_{tree_config(config_)}
+        cache_{tiers(config_), options(config_), std::move(strategy), virtual_executor{config_.costs}}
   {
-    for (std::int64_t p = config_.device_pages - 1; p >= 0; --p) {
-      free_.push_back(p);
-    }
   }
 
   /// @brief Virtual time of this engine.
   [[nodiscard]] double now() const noexcept { return now_; }
   /// @brief Whether requests are waiting or running.
-  [[nodiscard]] bool busy() const noexcept { return !waiting_.empty() || !running_.empty(); }
+  [[nodiscard]] bool busy() const noexcept { return waiting_ > 0 || !running_.empty(); }
   /// @brief Requests waiting or running.
-  [[nodiscard]] std::size_t outstanding() const noexcept { return waiting_.size() + running_.size(); }
-  /// @brief The prefix index.
-  [[nodiscard]] hiradix_tree const& tree() const noexcept { return tree_; }
+  [[nodiscard]] std::size_t outstanding() const noexcept { return waiting_ + running_.size(); }
+  /// @brief The cache controller (its index answers the router's probes).
+  [[nodiscard]] controller_type const& cache() const noexcept { return cache_; }
   /// @brief Time accounting.
-  [[nodiscard]] engine_counters const& counters() const noexcept { return counters_; }
+  [[nodiscard]] engine_counters counters() const
+  {
+    engine_counters c = counters_;
+    c.backup_pages = cache_.executor().backup_pages();
+    return c;
+  }
 
   /// @brief A request arrives at `at` (the clock moves there if the engine was idle before it).
   void arrive(sim_request const& r, request_record& rec, double at)
   {
-    now_ = std::max(now_, at);
+    set_now(std::max(now_, at));
     auto a = std::make_unique<active>();
     a->req = &r;
     a->rec = &rec;
@@ -141,39 +158,26 @@ class engine {
     rec.arrival_s = at;
     rec.prompt_tokens = r.prompt_tokens;
     rec.output_tokens = r.output_tokens;
-    if (strategy_.uses_transient_nodes()) { a->transient_pages = tree_.mark_in_queue(r.id, a->tokens) / page_tokens(); }
-    waiting_request w;
-    w.id = r.id;
-    w.arrival_s = at;
-    w.tokens = a->tokens;
-    w.prompt_tokens = r.prompt_tokens;
-    w.output_tokens = r.output_tokens;
-    waiting_.push_back(w);
-    waiting_active_.push_back(a.get());
-    actives_.push_back(std::move(a));
+    cache_.submit({r.id, a->tokens, r.prompt_tokens, r.output_tokens, at});
+    ++waiting_;
+    actives_.emplace(r.id, std::move(a));
   }
 
   /// @brief One iteration.
   void step()
   {
-    complete_copies(now_);
+    (void)cache_.poll();  // backups and demotions that landed by now
     if (!busy()) { return; }
     batch_plan plan;
-    if (!waiting_.empty()) {
-      scheduler_view v;
-      v.waiting = waiting_;
-      v.tree = &tree_;
-      v.costs = &config_.costs;
-      v.page_tokens = page_tokens();
-      v.token_budget = config_.token_budget;
-      v.device_pages_available = std::int64_t(free_.size()) + tree_.reclaimable_pages(tier::device);
-      running_stats(v.running_sequences, v.running_context_tokens, v.running_max_remaining);
-      plan = strategy_.schedule(v);
+    if (waiting_ > 0) {
+      schedule_budget b;
+      b.tokens = config_.token_budget;
+      running_stats(b.running_sequences, b.running_context_tokens, b.running_max_remaining);
+      plan = cache_.schedule(b);
       for (auto const& d : plan.deferred) {
-        ++waiting_[d.index].deferrals;
-        waiting_[d.index].delay_hit_deferred = d.reason == deferral_reason::delay_hit;
-        ++waiting_active_[d.index]->rec->deferrals;
-        if (d.reason == deferral_reason::delay_hit) { ++waiting_active_[d.index]->rec->delay_hit_deferrals; }
+        request_record& rec = *actives_.at(d.id)->rec;
+        ++rec.deferrals;
+        if (d.reason == deferral_reason::delay_hit) { ++rec.delay_hit_deferrals; }
       }
     }
     if (!plan.prefills.empty() && run_prefill(plan)) { return; }
@@ -181,8 +185,8 @@ class engine {
       decode_step();
       return;
     }
-    if (!copies_.empty()) {  // memory comes back when demotions land
-      now_ = std::max(now_, copies_.top().end);
+    if (double const next = cache_.executor().next_copy_landing(); next < std::numeric_limits<double>::infinity()) {
+      set_now(std::max(now_, next));  // memory comes back when demotions land
       return;
     }
     if (std::any_of(plan.deferred.begin(), plan.deferred.end(),
@@ -196,35 +200,39 @@ class engine {
   struct active {
     sim_request const* req = nullptr;
     request_record* rec = nullptr;
-    page_ids tokens;                     // whole pages of the prompt
-    std::vector<std::int64_t> computed;  // device pages of the computed whole pages
-    std::vector<std::int64_t> extra;     // pages the tree does not hold: uncached computed, partial tail, output
-    node_ref node{};
-    bool locked = false;
-    std::int64_t cached_pages = 0;
-    std::int64_t transient_pages = 0;
-    std::int64_t short_overlap = 0;  // pages of another request's transient prefix it shares, below the threshold
+    page_ids tokens;                 // whole pages of the prompt
+    bool started = false;            // its first chunk ran (it holds device pages)
+    std::int64_t short_overlap = 0;  // tokens of another request's transient prefix it shares, below the threshold
     std::int64_t remaining = 0;
     std::int64_t context = 0;
   };
-  struct pending_copy {
-    double end;
-    transfer_id id;
-    bool operator>(pending_copy const& o) const noexcept { return end > o.end; }
-  };
 
-  static hiradix_config tree_config(engine_config const& c)
+  static virtual_tiers tiers(engine_config const& c)
   {
-    hiradix_config t;
-    t.page_tokens = 1;  // the index holds one id per page
-    t.tokens_per_id = c.costs.page_tokens();
-    t.page_bytes = c.costs.page_bytes();
-    t.capacity = {c.device_pages, c.host_pages, c.file_pages, c.remote_pages};
-    t.policy = c.policy;
-    t.delay_hit_tokens = c.delay_hit_tokens;
-    return t;
+    // One layer, plane and head whose head row makes a page of the cost model's bytes: the
+    // controller's byte counts are then the model's.
+    std::int64_t const pt = c.costs.page_tokens();
+    STRATA_EXPECTS(c.costs.page_bytes() % (16 * pt) == 0, "engine_config: page_bytes ", c.costs.page_bytes(),
+                   " is not a multiple of 16 bytes per token");
+    kv_geometry const g{1, pt, 1, c.costs.page_bytes() / pt, 1, 1};
+    return virtual_tiers{virtual_pool<tier::device>{g, c.device_pages}, virtual_pool<tier::host>{g, c.host_pages},
+                         virtual_pool<tier::file>{g, c.file_pages}, virtual_pool<tier::remote>{g, c.remote_pages}};
+  }
+  static controller_options options(engine_config const& c)
+  {
+    controller_options o;
+    o.policy = c.policy;
+    o.delay_hit_tokens = c.delay_hit_tokens;
+    o.costs = c.costs;
+    o.page_ids = true;  // the index holds one id per page
+    return o;
   }
   [[nodiscard]] std::int64_t page_tokens() const noexcept { return config_.costs.page_tokens(); }
+  void set_now(double t)
+  {
+    now_ = t;
+    cache_.executor().set_now(t);
+  }
 
   void running_stats(std::int64_t& sequences, std::int64_t& context, std::int64_t& most) const
   {
@@ -236,102 +244,26 @@ class engine {
     }
   }
 
-  std::optional<std::vector<std::int64_t>> allocate(std::int64_t n)
-  {
-    if (std::int64_t(free_.size()) < n) {
-      auto r = tree_.evict(tier::device, n - std::int64_t(free_.size()));
-      free_.insert(free_.end(), r.freed.begin(), r.freed.end());
-      schedule_copies(std::move(r.demotions));
-    }
-    (void)tree_.take_internal_evictions();
-    schedule_copies(tree_.take_copies());
-    if (std::int64_t(free_.size()) < n) { return std::nullopt; }
-    std::vector<std::int64_t> out(free_.end() - n, free_.end());
-    free_.resize(free_.size() - std::size_t(n));
-    return out;
-  }
-  void release(std::vector<std::int64_t> const& pages) { free_.insert(free_.end(), pages.begin(), pages.end()); }
-
-  /// Backups and demotions: each tier's link carries one copy at a time.
-  void schedule_copies(std::vector<copy_order> orders)
-  {
-    for (auto const& o : orders) {
-      double const bytes = double(o.from_pages.size()) * double(config_.costs.page_bytes());
-      double const bw = o.to == tier::host ? config_.costs.io().backup_bytes_per_s
-                                           : config_.costs.io().load_bytes_per_s[std::size_t(o.to)];
-      double& link = link_free_[std::size_t(o.to)];
-      double const start = std::max(now_, link);
-      link = start + bytes / bw;
-      copies_.push({link, o.id});
-      if (o.from == tier::device) { counters_.backup_pages += std::int64_t(o.from_pages.size()); }
-    }
-  }
-  void complete_copies(double t)
-  {
-    while (!copies_.empty() && copies_.top().end <= t) {
-      auto const freed = tree_.complete(copies_.top().id);
-      copies_.pop();
-      release(freed);
-    }
-  }
-
-  /// Starts a request's first chunk: holds its pages, orders its loads. False without memory.
-  bool start(prefill_item const& item, std::array<std::int64_t, tier_count>& loaded, std::vector<transfer_id>& loads)
-  {
-    active& a = *waiting_active_[item.index];
-    waiting_request& w = waiting_[item.index];
-    std::int64_t const to_load = tree_.pages_to_load(item.cached_node);
-    std::int64_t const cached = tree_.path_length(item.cached_node);
-    std::int64_t const computed = std::int64_t(a.tokens.size()) - cached;
-    // Loaded pages, then computed whole pages, then the partial tail and the output (`extra`).
-    auto pages =
-        allocate(first_chunk_pages(a.req->prompt_tokens, a.req->output_tokens, cached, to_load, page_tokens()));
-    if (!pages) { return false; }
-    for (auto const& o :
-         tree_.load(item.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
-      loaded[std::size_t(o.from)] += std::int64_t(o.from_pages.size());
-      a.rec->cached_tokens[std::size_t(o.from)] += std::int64_t(o.from_pages.size()) * page_tokens();
-      loads.push_back(o.id);
-    }
-    a.cached_pages = cached;
-    a.rec->cached_tokens[0] += (cached - to_load) * page_tokens();
-    a.computed.assign(pages->begin() + to_load, pages->begin() + to_load + computed);
-    a.extra.assign(pages->begin() + to_load + computed, pages->end());
-    a.node = item.cached_node;
-    a.locked = true;
-    match_result const overlap = tree_.probe(a.tokens);
-    a.short_overlap = overlap.transient_owner != a.req->id && !overlap.delay_hit ? overlap.transient_tokens : 0;
-    if (a.transient_pages > 0) { tree_.mark_in_flight(a.req->id); }
-    w.started = true;
-    w.cached_tokens = item.cached_tokens;
-    w.prefilled_tokens = item.cached_tokens;  // the chunks compute the rest
-    w.delay_hit_deferred = false;
-    return true;
-  }
-
   /// Runs a batch; false if none of its requests could get device memory.
   bool run_prefill(batch_plan const& plan)
   {
-    std::array<std::int64_t, tier_count> loaded{};
-    std::vector<transfer_id> loads;
-    double compute = 0;
-    std::vector<prefill_item> ran;
-    // Hold every cached prefix of the batch first, so that one request's allocation cannot evict
-    // another's.
-    for (auto const& item : plan.prefills) {
-      if (item.first_chunk) { tree_.lock(item.cached_node, tier::device); }
-    }
-    for (auto const& item : plan.prefills) {
-      if (item.first_chunk && !start(item, loaded, loads)) {
-        tree_.unlock(item.cached_node, tier::device);
-        continue;
+    auto h = cache_.begin_loads(plan);
+    if (h.ran.empty()) { return false; }
+    for (auto const& st : h.started) {
+      active& a = *actives_.at(st.id);
+      a.started = true;
+      for (std::size_t t = 0; t < tier_count; ++t) {
+        a.rec->cached_tokens[t] += st.cached_pages[t] * page_tokens();
       }
-      compute += config_.costs.prefill_s(item.chunk_tokens, item.context_tokens);
-      ran.push_back(item);
+      match_result const overlap = cache_.probe(a.tokens);
+      a.short_overlap = overlap.transient_owner != a.req->id && !overlap.delay_hit ? overlap.transient_tokens : 0;
     }
-    if (ran.empty()) { return false; }
-    counters_.loaded_pages += loaded[1] + loaded[2] + loaded[3];
-    double const load = config_.costs.load_s(loaded);
+    double compute = 0;
+    for (auto const& item : h.ran) {
+      compute += config_.costs.prefill_s(item.chunk_tokens, item.context_tokens);
+    }
+    counters_.loaded_pages += h.loaded_pages[1] + h.loaded_pages[2] + h.loaded_pages[3];
+    double const load = config_.costs.load_s(h.loaded_pages);
     double const batch = config_.costs.batch_s(load, compute);
     double const stall = config_.costs.stall_s(load, compute);
     // Bubble filling: decode steps in the stall, as many as the plan asked for and fit.
@@ -351,26 +283,14 @@ class engine {
     counters_.io_stall_s += stall;
     counters_.prefill_s += batch;
     ++counters_.prefill_batches;
-    now_ += batch;
-    for (auto id : loads) {
-      release(tree_.complete(id));
-    }
+    set_now(now_ + batch);
+    if (h.transfer) { virtual_executor::land_at(*h.transfer, now_); }
+    (void)cache_.complete(h);
     // Progress, first tokens, and the prompt's pages into the index.
-    std::vector<std::size_t> done;
-    for (auto const& item : ran) {
-      waiting_request& w = waiting_[item.index];
-      active& a = *waiting_active_[item.index];
-      w.prefilled_tokens += item.chunk_tokens;
+    for (auto const& item : h.ran) {
+      active& a = *actives_.at(item.id);
       a.rec->computed_tokens += item.chunk_tokens;
-      if (w.prefilled_tokens >= w.prompt_tokens) {
-        finish_prefill(a);
-        done.push_back(item.index);
-      }
-    }
-    std::sort(done.begin(), done.end(), std::greater<>());
-    for (auto i : done) {
-      waiting_.erase(waiting_.begin() + std::ptrdiff_t(i));
-      waiting_active_.erase(waiting_active_.begin() + std::ptrdiff_t(i));
+      if (item.last_chunk) { finish_prefill(a); }
     }
     if (config_.decode_after_prefill && steps == 0 && !running_.empty()) { decode_step(); }
     return true;
@@ -379,39 +299,17 @@ class engine {
   void finish_prefill(active& a)
   {
     a.rec->first_token_s = now_;
-    std::int64_t const n = std::int64_t(a.tokens.size());
-    std::vector<std::int64_t> table = tree_.path_pages(a.node, tier::device);
-    table.insert(table.end(), a.computed.begin(), a.computed.end());
-    if (a.transient_pages > 0) {
-      tree_.commit(a.req->id, std::span<std::int64_t const>{a.computed}.last(std::size_t(a.transient_pages)));
+    --waiting_;
+    prefill_result const r = cache_.finish_prefill(a.req->id);
+    // Pages computed although another request committed them meanwhile: redundant prefill, or an
+    // earlier turn's answer cached while this turn computed (multi-turn).
+    std::int64_t prefill_duplicates = 0;
+    for (auto const p : r.duplicate_positions) {
+      bool const answer = answer_pages_.count(a.tokens[std::size_t(p)]) != 0;
+      (answer ? a.rec->answer_race_tokens : prefill_duplicates) += page_tokens();
     }
-    insert_result const r = tree_.insert(a.tokens, table);
-    std::int64_t const path = tree_.path_length(r.node);
-    // Unused pages inside the cached path duplicate another request's (redundant prefill): freed
-    // now, the request reads the tree's. Past it (another request computes that prefix) the
-    // request keeps its own until it finishes.
-    std::int64_t const beyond = n - path;
-    std::int64_t const duplicates = std::int64_t(r.unused_device_pages.size()) - beyond;
-    if (duplicates > 0) {
-      auto const held = tree_.path_pages(r.node, tier::device);
-      std::int64_t prefill_duplicates = 0;
-      for (std::size_t p = std::size_t(a.cached_pages); p < held.size(); ++p) {
-        if (held[p] == table[p]) { continue; }
-        bool const answer = answer_pages_.count(a.tokens[p]) != 0;
-        (answer ? a.rec->answer_race_tokens : prefill_duplicates) += page_tokens();
-      }
-      a.rec->redundant_tokens += prefill_duplicates;
-      a.rec->short_overlap_tokens += std::min(prefill_duplicates, a.short_overlap);
-    }
-    release({r.unused_device_pages.begin(), r.unused_device_pages.begin() + duplicates});
-    std::vector<std::int64_t> kept(r.unused_device_pages.begin() + duplicates, r.unused_device_pages.end());
-    kept.insert(kept.end(), a.extra.begin(), a.extra.end());
-    a.extra = std::move(kept);
-    a.computed.clear();
-    tree_.lock(r.node, tier::device);
-    tree_.unlock(a.node, tier::device);
-    a.node = r.node;
-    schedule_copies(tree_.take_copies());
+    a.rec->redundant_tokens += prefill_duplicates;
+    a.rec->short_overlap_tokens += std::min(prefill_duplicates, a.short_overlap);
     a.remaining = a.req->output_tokens - 1;
     a.context = a.req->prompt_tokens + 1;
     running_.push_back(&a);
@@ -425,7 +323,7 @@ class engine {
     double const dt = config_.costs.decode_s(n, ctx);
     counters_.decode_s += dt;
     ++counters_.decode_steps;
-    now_ += dt;
+    set_now(now_ + dt);
     advance_decode(now_);
   }
 
@@ -438,9 +336,9 @@ class engine {
       ++a->context;
       if (a->remaining <= 0) {
         double const saved = now_;
-        now_ = t;
+        set_now(t);
         finish(*a);
-        now_ = saved;
+        set_now(saved);
       } else {
         still.push_back(a);
       }
@@ -451,26 +349,20 @@ class engine {
   void finish(active& a)
   {
     a.rec->finish_s = now_;
-    std::vector<std::int64_t> extra = std::move(a.extra);
+    request_id const id = a.req->id;
+    std::span<std::int32_t const> keep;
     if (a.req->continuation) {  // the next turn reads this answer: cache prompt and answer pages
       page_ids const& next = *a.req->continuation;
-      std::vector<std::int64_t> table = tree_.path_pages(a.node, tier::device);
-      std::size_t const need = next.size() > table.size() ? next.size() - table.size() : 0;
-      if (need <= extra.size()) {
-        table.insert(table.end(), extra.begin(), extra.begin() + std::ptrdiff_t(need));
-        table.resize(next.size());
+      if (next.size() <= cache_.page_table(id).size()) {
         for (std::size_t p = a.tokens.size(); p < next.size(); ++p) {
           answer_pages_.insert(next[p]);
         }
-        insert_result const r = tree_.insert(next, table);
-        extra.erase(extra.begin(), extra.begin() + std::ptrdiff_t(need));
-        extra.insert(extra.end(), r.unused_device_pages.begin(), r.unused_device_pages.end());
-        schedule_copies(tree_.take_copies());
+        keep = next;
       }
     }
-    tree_.unlock(a.node, tier::device);
-    release(extra);
-    finished_.push_back(a.req->id);
+    cache_.release(id, keep);
+    finished_.push_back(id);
+    actives_.erase(id);
   }
 
  public:
@@ -483,41 +375,36 @@ class engine {
   void reject_one(batch_plan const& plan)
   {
     // The request memory blocks: the first deferred for memory, else the first that failed to start.
-    std::size_t i = waiting_.size();
+    request_id victim{};
     for (auto const& d : plan.deferred) {
       if (d.reason == deferral_reason::memory) {
-        i = d.index;
+        victim = d.id;
         break;
       }
     }
-    if (i == waiting_.size() && !plan.prefills.empty()) { i = plan.prefills.front().index; }
-    if (i == waiting_.size()) {
+    if (victim.value == 0 && !plan.prefills.empty()) { victim = plan.prefills.front().id; }
+    if (victim.value == 0) {
       throw std::logic_error("strata::sim::engine: idle with requests waiting and none blocked by memory");
     }
-    active& a = *waiting_active_[i];
-    if (waiting_[i].started) { return; }  // cannot happen: started requests hold their memory
-    if (tree_.transient_pages(a.req->id) > 0) { tree_.abort(a.req->id); }
+    active& a = *actives_.at(victim);
+    if (a.started) { return; }  // cannot happen: started requests hold their memory
+    cache_.release(victim);     // drops its transient prefix
     a.rec->first_token_s = -1;
     a.rec->finish_s = now_;  // a session's next turn still comes
-    finished_.push_back(a.req->id);
+    finished_.push_back(victim);
     ++counters_.rejected;
-    waiting_.erase(waiting_.begin() + std::ptrdiff_t(i));
-    waiting_active_.erase(waiting_active_.begin() + std::ptrdiff_t(i));
+    --waiting_;
+    actives_.erase(victim);
   }
 
   engine_config config_;
-  Strategy strategy_;
   int instance_;
-  hiradix_tree tree_;
+  controller_type cache_;
   double now_ = 0;
-  std::vector<std::int64_t> free_;
-  std::vector<waiting_request> waiting_;
-  std::vector<active*> waiting_active_;
+  std::size_t waiting_ = 0;  // submitted, prefill not finished
   std::vector<active*> running_;
-  std::vector<std::unique_ptr<active>> actives_;
+  std::unordered_map<request_id, std::unique_ptr<active>, request_hash> actives_;
   std::vector<request_id> finished_;
-  std::priority_queue<pending_copy, std::vector<pending_copy>, std::greater<>> copies_;
-  std::array<double, tier_count> link_free_{};
   std::unordered_set<std::int32_t> answer_pages_;  // page ids cached from answers (multi-turn)
   engine_counters counters_;
 };
@@ -582,7 +469,7 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
         std::int64_t best = -1;
         for (auto& e : engines) {
           // Cached, or being computed there (transient): either way the prefix is cheapest there.
-          match_result const m = e->tree().probe(pages);
+          match_result const m = e->cache().probe(pages);
           std::int64_t const cached = m.tokens + m.transient_tokens;
           if (cached > best || (cached == best && e->outstanding() < target->outstanding())) {
             best = cached;

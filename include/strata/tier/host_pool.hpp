@@ -8,6 +8,7 @@
 #include <strata/layout/page_first.hpp>
 #include <strata/tier/tier.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -62,6 +63,7 @@ static_assert(addressable_store<host_pool>);
 /**
  * @brief A tier of `capacity` pages that holds no bytes: page ids only. The simulator's tiers
  *        (its executor moves no data) and a placeholder for a tier whose data another system keeps.
+ *        A capacity of 0 makes the tier absent: a `tier_stack` lends the index no allocator for it.
  * @tparam Kind the tier it serves
  */
 template <tier Kind>
@@ -69,22 +71,24 @@ class virtual_pool {
  public:
   static constexpr tier kind = Kind;  ///< the tier it serves
 
-  /// @throw strata::invalid_argument for an invalid geometry or a non-positive capacity
+  /// @throw strata::invalid_argument for an invalid geometry or a negative capacity
   virtual_pool(kv_geometry const& geometry, std::int64_t capacity)
-      : geometry_{(geometry.validate(), geometry)}, slots_{capacity}
+      : geometry_{(geometry.validate(), geometry)}, capacity_{capacity}, slots_{std::max<std::int64_t>(capacity, 1)}
   {
+    STRATA_EXPECTS(capacity >= 0, "virtual_pool: capacity must not be negative, got ", capacity);
   }
   /// @brief Shape of the cache.
   [[nodiscard]] kv_geometry geometry() const noexcept { return geometry_; }
-  /// @brief Pages.
-  [[nodiscard]] std::int64_t capacity() const noexcept { return slots_.capacity(); }
-  /// @brief The page ids.
+  /// @brief Pages (0: the tier is absent).
+  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  /// @brief The page ids (meaningless while the capacity is 0).
   [[nodiscard]] slot_allocator& slots() noexcept { return slots_; }
   /// @brief The page ids.
   [[nodiscard]] slot_allocator const& slots() const noexcept { return slots_; }
 
  private:
   kv_geometry geometry_;
+  std::int64_t capacity_;
   slot_allocator slots_;
 };
 static_assert(page_store<virtual_pool<tier::host>>);

@@ -103,13 +103,16 @@ requires(sizeof...(Tiers) >= 1 && (page_store<std::remove_cvref_t<Tiers>> && ...
     });
     return c;
   }
-  /// @brief The host and file tiers' slot allocators, for `hiradix_tree` (null where absent).
+  /// @brief The host and file tiers' slot allocators, for `hiradix_tree` (null where absent or of
+  ///        no capacity).
   [[nodiscard]] tier_slots slots()
   {
     tier_slots out{};
     for_each([&](auto& s) {
       constexpr tier k = std::remove_cvref_t<decltype(s)>::kind;
-      if constexpr (k == tier::host || k == tier::file) { out[std::size_t(k)] = &s.slots(); }
+      if constexpr (k == tier::host || k == tier::file) {
+        if (s.capacity() > 0) { out[std::size_t(k)] = &s.slots(); }
+      }
     });
     return out;
   }
