@@ -13,6 +13,7 @@
 #include <strata/types.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -332,12 +333,21 @@ inline workload multi_turn(multi_turn_options const& o)
   return w;
 }
 
+/// @brief Most prompt or output tokens one replayed request may have.
+inline constexpr std::int64_t max_request_tokens = 10'000'000;
+/// @brief Latest arrival a replayed trace may hold, in seconds.
+inline constexpr double max_arrival_s = 1e9;
+
 /**
  * @brief Replays a trace: CSV lines `arrival_s,output_tokens,prompt_tokens,id id id ...` (ids are
  *        token ids, hashed here into page ids, or page ids when `ids_are_pages`), or JSON lines
  *        `{"arrival": 1.5, "output_tokens": 64, "tokens": [1, 2, ...]}` (or `"pages": [...]` and
  *        `"prompt_tokens": n`). Lines starting with `#` and a CSV header are skipped.
- * @throw strata::invalid_argument naming the file and line of anything it cannot read
+ *
+ * Every number is read whole (`"12abc"` is rejected); arrivals are finite in [0, `max_arrival_s`);
+ * token counts are whole numbers in [1, `max_request_tokens`]; with token ids the prompt is exactly
+ * the ids given; with page ids `prompt_tokens` covers the whole pages.
+ * @throw strata::invalid_argument naming the file, line, field and value of anything it cannot read
  */
 inline workload replay(std::string const& path, std::int64_t page_tokens = 32, bool ids_are_pages = false)
 {
@@ -347,13 +357,34 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
   workload w{"trace:" + path, page_tokens, {}};
   std::string line;
   std::int64_t line_no = 0;
+  auto trim = [](std::string const& cell) {
+    auto const b = cell.find_first_not_of(" \t\r\"");
+    auto const e = cell.find_last_not_of(" \t\r\"");
+    return b == std::string::npos ? std::string{} : cell.substr(b, e - b + 1);
+  };
   // An id: the whole cell must be one integer (no silent truncation of "12abc" or "1.5").
-  auto parse_id = [&](std::string const& cell) {
-    std::size_t used = 0;
-    std::int64_t const x = std::stoll(cell, &used);
-    STRATA_EXPECTS(cell.find_first_not_of(" \t\r", used) == std::string::npos, "replay: ", path, ":", line_no, ": '",
-                   cell, "' is not an integer id");
+  auto parse_id = [&](std::string const& raw) {
+    std::string const cell = trim(raw);
+    std::int64_t x = 0;
+    auto const [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), x);
+    STRATA_EXPECTS(ec == std::errc{} && end == cell.data() + cell.size() && !cell.empty(), "replay: ", path, ":",
+                   line_no, ": '", cell, "' is not an integer id");
     return x;
+  };
+  // A number field, read whole and finite.
+  auto parse_number = [&](std::string const& raw, std::string const& field) {
+    std::string const cell = trim(raw);
+    double x = 0;
+    auto const [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), x);
+    STRATA_EXPECTS(ec == std::errc{} && end == cell.data() + cell.size() && !cell.empty() && std::isfinite(x),
+                   "replay: ", path, ":", line_no, ": ", field, ": '", cell, "' is not a finite number");
+    return x;
+  };
+  // A token count: a whole number in [1, max_request_tokens] (checked before any cast).
+  auto token_count = [&](double v, char const* field) {
+    STRATA_EXPECTS(v == std::floor(v) && v >= 1 && v <= double(max_request_tokens), "replay: ", path, ":", line_no,
+                   ": ", field, " must be a whole number in 1..", max_request_tokens, ", got ", v);
+    return static_cast<std::int64_t>(v);
   };
   // A page id must fit the index's 32-bit ids.
   auto page_id = [&](std::int64_t x) {
@@ -381,20 +412,22 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
     sim_request r;
     std::vector<std::int64_t> ids;
     std::int64_t prompt = -1;
-    try {
+    {
       if (line[0] == '{') {
         auto number_after = [&](std::string const& key, double& out) {
           auto const k = line.find("\"" + key + "\"");
           if (k == std::string::npos) { return false; }
-          out = std::stod(line.substr(line.find(':', k) + 1));
+          auto const from = line.find(':', k) + 1;
+          auto const to = line.find_first_of(",}", from);
+          out = parse_number(line.substr(from, to == std::string::npos ? std::string::npos : to - from), key);
           return true;
         };
         double v = 0;
         STRATA_EXPECTS(number_after("arrival", v), "replay: ", path, ":", line_no, ": no \"arrival\"");
         r.arrival_s = v;
         STRATA_EXPECTS(number_after("output_tokens", v), "replay: ", path, ":", line_no, ": no \"output_tokens\"");
-        r.output_tokens = std::int64_t(v);
-        if (number_after("prompt_tokens", v)) { prompt = std::int64_t(v); }
+        r.output_tokens = token_count(v, "output_tokens");
+        if (number_after("prompt_tokens", v)) { prompt = token_count(v, "prompt_tokens"); }
         bool const pages = line.find("\"pages\"") != std::string::npos;
         auto const k = line.find(pages ? "\"pages\"" : "\"tokens\"");
         STRATA_EXPECTS(k != std::string::npos, "replay: ", path, ":", line_no, ": no \"tokens\" or \"pages\"");
@@ -404,6 +437,8 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
         std::stringstream ss{line.substr(open + 1, close - open - 1)};
         for (std::string cell; std::getline(ss, cell, ',');) {
           if (cell.find_first_not_of(" \t") != std::string::npos) { ids.push_back(parse_id(cell)); }
+          STRATA_EXPECTS(std::int64_t(ids.size()) <= max_request_tokens, "replay: ", path, ":", line_no, ": more than ",
+                         max_request_tokens, " ids");
         }
         if (pages) {
           for (auto x : ids) {
@@ -411,6 +446,8 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
           }
           r.prompt_tokens = prompt >= 0 ? prompt : std::int64_t(ids.size()) * page_tokens;
         } else {
+          STRATA_EXPECTS(prompt < 0 || prompt == std::int64_t(ids.size()), "replay: ", path, ":", line_no,
+                         ": prompt_tokens ", prompt, " but ", ids.size(), " token ids");
           r.own = hash_pages(ids);
           r.prompt_tokens = std::int64_t(ids.size());
         }
@@ -420,27 +457,29 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
         STRATA_EXPECTS(std::getline(ss, a, ',') && std::getline(ss, o, ',') && std::getline(ss, p, ','),
                        "replay: ", path, ":", line_no, ": expected arrival_s,output_tokens,prompt_tokens,ids");
         std::getline(ss, rest);
-        r.arrival_s = std::stod(a);
-        r.output_tokens = std::stoll(o);
-        prompt = std::stoll(p);
+        r.arrival_s = parse_number(a, "arrival_s");
+        r.output_tokens = token_count(parse_number(o, "output_tokens"), "output_tokens");
+        prompt = token_count(parse_number(p, "prompt_tokens"), "prompt_tokens");
         std::stringstream is{rest};
         for (std::string cell; is >> cell;) {
           ids.push_back(parse_id(cell));
+          STRATA_EXPECTS(std::int64_t(ids.size()) <= max_request_tokens, "replay: ", path, ":", line_no, ": more than ",
+                         max_request_tokens, " ids");
         }
         if (ids_are_pages) {
           for (auto x : ids) {
             r.own.push_back(page_id(x));
           }
         } else {
+          STRATA_EXPECTS(prompt == std::int64_t(ids.size()), "replay: ", path, ":", line_no, ": prompt_tokens ", prompt,
+                         " but ", ids.size(), " token ids");
           r.own = hash_pages(ids);
         }
         r.prompt_tokens = prompt;
       }
-    } catch (std::logic_error const& e) {  // std::stod / std::stoll
-      STRATA_EXPECTS(false, "replay: ", path, ":", line_no, ": cannot parse (", e.what(), ")");
     }
-    STRATA_EXPECTS(r.arrival_s >= 0 && r.output_tokens > 0, "replay: ", path, ":", line_no,
-                   ": arrival must not be negative and output_tokens must be positive");
+    STRATA_EXPECTS(r.arrival_s >= 0 && r.arrival_s < max_arrival_s, "replay: ", path, ":", line_no, ": arrival ",
+                   r.arrival_s, " s is outside [0, ", max_arrival_s, ")");
     STRATA_EXPECTS(r.prompt_tokens > 0 && r.prompt_tokens >= std::int64_t(r.own.size()) * page_tokens, "replay: ", path,
                    ":", line_no, ": prompt_tokens ", r.prompt_tokens, " does not cover ", r.own.size(), " pages");
     w.requests.push_back(std::move(r));
