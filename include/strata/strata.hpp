@@ -1,9 +1,14 @@
 /**
  * @file strata.hpp
- * @brief Umbrella header: every host-only part of strata (device parts are in `.cuh` headers).
+ * @brief Umbrella header: every public host-only part of strata (device parts are in `.cuh`
+ *        headers: `strata/cache/gpu_executor.cuh` for the GPU engine loop).
+ *
+ * The entry point is `strata::cache_controller` (`strata/cache/controller.hpp`).
  */
 #pragma once
 
+#include <strata/cache/controller.hpp>
+#include <strata/cache/executor.hpp>
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 #include <strata/geometry.hpp>
@@ -12,7 +17,19 @@
 #include <strata/layout/layer_first.hpp>
 #include <strata/layout/layout.hpp>
 #include <strata/layout/page_first.hpp>
+#include <strata/sched/baselines.hpp>
+#include <strata/sched/cost_model.hpp>
+#include <strata/sched/scheduler.hpp>
+#include <strata/sched/strata_scheduler.hpp>
+#include <strata/sched/toolkit.hpp>
+#include <strata/sim/engine.hpp>
+#include <strata/sim/virtual_executor.hpp>
+#include <strata/sim/workload.hpp>
+#include <strata/tier/device_pool.hpp>
+#include <strata/tier/host_pool.hpp>
 #include <strata/tier/slot_allocator.hpp>
+#include <strata/tier/tier.hpp>
+#include <strata/tier/tier_stack.hpp>
 #include <strata/transfer/choice.hpp>
 #include <strata/transfer/copy_plan.hpp>
 #include <strata/transfer/host_copy.hpp>
