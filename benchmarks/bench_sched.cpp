@@ -42,11 +42,11 @@ struct fixture {
       std::vector<std::int64_t> ids(doc.size());
       std::iota(ids.begin(), ids.end(), next);
       next += std::int64_t(ids.size());
-      tree.insert(doc, ids);
+      (void)tree.insert(doc, ids);
       if (d % 2 == 0) {  // half of them on the host only
         auto const e = tree.evict(tier::device, std::int64_t(doc.size()));
         for (auto const& o : e.demotions) {
-          tree.complete(o.id);
+          (void)tree.complete(o.id);
         }
       }
       docs.push_back(std::move(doc));
