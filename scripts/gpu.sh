@@ -35,7 +35,8 @@ for step in $steps; do
       ./build-gpu/examples/gpu_layerwise_load 2>&1 | tee -a "$out/tests.log" || rc=1
       ;;
     memcheck)
-      for t in test_gpu_assisted test_dma test_staged test_pinned_pool test_sm_partition; do
+      for t in test_gpu_assisted test_dma test_staged test_pinned_pool test_sm_partition test_descriptor_ring test_checks \
+        test_submit_thread; do
         STRATA_GPU_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
           ./build-gpu/tests/$t 2>&1 | tail -n 4 | tee -a "$out/tests.log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1

@@ -8,10 +8,98 @@
 #include <strata/detail/cuda.cuh>
 #include <strata/transfer/backend.cuh>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 namespace strata::test {
+
+namespace {
+/// Spins (one thread) until `*flag` is non-zero or `timeout_ns` of GPU time have passed.
+__global__ void wait_for_flag(int const volatile* flag, unsigned long long timeout_ns)
+{
+  unsigned long long start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  for (;;) {
+    if (*flag != 0) { return; }
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > timeout_ns) { return; }
+    __nanosleep(1000);
+  }
+}
+}  // namespace
+
+/**
+ * Holds a stream: `hold(s)` launches a kernel that spins until `release()` sets a flag in mapped
+ * pinned memory, so that work enqueued on `s` afterwards does not run yet. A watchdog thread
+ * releases it after `watchdog` anyway: correct code may block the host on that very work (a ring
+ * waiting for an old region), and must then go on rather than deadlock. The kernel also gives up
+ * after 30 s of GPU time.
+ */
+class stream_gate {
+ public:
+  explicit stream_gate(std::chrono::milliseconds watchdog = std::chrono::milliseconds{3000}) : watchdog_{watchdog}
+  {
+    STRATA_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&flag_), sizeof(int), cudaHostAllocMapped));
+    *flag_ = 0;
+  }
+  stream_gate(stream_gate const&) = delete;
+  stream_gate& operator=(stream_gate const&) = delete;
+  ~stream_gate()
+  {
+    release();
+    if (thread_.joinable()) { thread_.join(); }
+    (void)cudaDeviceSynchronize();
+    (void)cudaFreeHost(flag_);
+  }
+
+  void hold(cudaStream_t s)
+  {
+    int* device = nullptr;
+    STRATA_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), flag_, 0));
+    wait_for_flag<<<1, 1, 0, s>>>(device, 30'000'000'000ull);
+    STRATA_CUDA_TRY(cudaGetLastError());
+    if (!thread_.joinable()) {
+      thread_ = std::thread{[this] {
+        std::unique_lock lock{m_};
+        if (!cv_.wait_for(lock, watchdog_, [this] { return released_; })) { fired_ = true; }
+        store();
+      }};
+    }
+  }
+  void release()
+  {
+    {
+      std::lock_guard lock{m_};
+      released_ = true;
+    }
+    cv_.notify_all();
+    store();
+  }
+  /// Whether the watchdog had to release the stream (the host blocked while it was held).
+  [[nodiscard]] bool watchdog_fired()
+  {
+    std::lock_guard lock{m_};
+    return fired_;
+  }
+
+ private:
+  void store()
+  {
+    __atomic_store_n(flag_, 1, __ATOMIC_SEQ_CST);
+  }
+
+  std::chrono::milliseconds watchdog_;
+  int* flag_{};
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool released_{false};
+  bool fired_{false};
+  std::thread thread_;
+};
 
 using device_storage = detail::device_buffer;
 using pinned_storage = detail::pinned_buffer;

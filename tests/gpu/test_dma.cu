@@ -107,3 +107,15 @@ TEST_CASE("a submit thread reports the backend's error to whoever waits", "[gpu]
   STRATA_REQUIRE_THROWS(invalid_argument, "source page 5 out of range",
                         (void)thread.submit(b, copy_plan{src, misaligned, std::span<page_pair const>{bad}, layer_range::all(g)}, stream.get()));
 }
+
+TEST_CASE("dma_batch on the legacy default stream falls back to one copy per run", "[gpu][dma]")
+{
+  // Stream 0 is PyTorch's default stream; the batch API refuses it.
+  dma_batch batched;
+  test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
+    if (g.page_tokens != 16) { return; }
+    test::round_trip(dk, hk, g, seed, [&](auto const& plan) { return submit(batched, plan, cudaStream_t{}); });
+    test::round_trip(dk, hk, g, seed + 1,
+                     [&](auto const& plan) { return submit(batched, plan, cudaStreamLegacy, completion::whole); });
+  });
+}

@@ -3,6 +3,8 @@
 #include <strata/tier/pinned_host_pool.cuh>
 #include <strata/transfer/gpu_assisted.cuh>
 #include <strata/transfer/sm_partition.cuh>
+#include <strata/transfer/staged.cuh>
+#include <strata/transfer/submit_thread.cuh>
 
 #include <algorithm>
 #include <set>
@@ -33,6 +35,39 @@ std::set<unsigned> sms_used(cudaStream_t stream, int blocks)
   STRATA_CUDA_TRY(cudaMemcpy(ids.data(), out.data(), out.size(), cudaMemcpyDeviceToHost));
   return {ids.begin(), ids.end()};
 }
+
+bool subset(std::set<unsigned> const& a, std::set<unsigned> const& b)
+{
+  return std::includes(b.begin(), b.end(), a.begin(), a.end());
+}
+
+}  // namespace
+
+namespace strata::test {  // named: nvcc flags unreferenced static members in an anonymous namespace
+
+/// A backend that moves nothing: it runs the SM probe on the stream it is given and remembers
+/// which SMs it ran on, then records its events.
+struct sm_probe_backend {
+  static constexpr char const* name = "sm_probe";
+  int blocks;
+  std::set<unsigned> seen;
+  CUgreenCtx ctx{};
+
+  template <kv_layout Src, kv_layout Dst>
+  void enqueue(copy_plan<Src, Dst> const&, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  {
+    ctx = detail::green_context_of(stream);
+    auto const used = sms_used(stream, blocks);
+    seen.insert(used.begin(), used.end());
+    for (auto e : layer_events) { STRATA_CUDA_TRY(cudaEventRecord(e, stream)); }
+  }
+};
+static_assert(transfer_backend<sm_probe_backend>);
+
+}  // namespace strata::test
+
+namespace {
+using strata::test::sm_probe_backend;
 
 }  // namespace
 
@@ -136,4 +171,79 @@ TEST_CASE("the compute partition waits for each layer loaded on the copy partiti
                                              host.layout().page_data(0), poison, dev.data());
   CHECK(test::first_difference(test::download(snapshot), expected) == -1);
   host.slots().release(slots);
+}
+
+TEST_CASE("staged relays run on the copy partition and land bit-exactly", "[gpu][sm_partition][staged]")
+{
+  if (!sm_partition::supported()) {
+    WARN("the driver has no green contexts: nothing to test");
+    return;
+  }
+  sm_partition const p{2};
+  int const sms = detail::sm_count();
+  auto const copy_sms = sms_used(p.copy_stream(), 4 * sms);
+  staged st{{.chunk_bytes = 1 << 20}};
+  for (auto const& g : {models::llama31_8b.geometry(16, 2, 8), models::deepseek_v3.geometry(32)}) {
+    for (auto dk : {layout_kind::layer_first, layout_kind::layer_first_table}) {
+      test::round_trip(dk, layout_kind::page_first, g, 9, [&](auto const& plan) -> transfer_handle {
+        using plan_type = std::decay_t<decltype(plan)>;
+        if constexpr (record_layout<typename plan_type::src_layout_type> ||
+                      record_layout<typename plan_type::dst_layout_type>) {
+          return submit(st, plan, p.copy_stream());
+        } else {
+          FAIL("staged needs records on one side");
+          return {};
+        }
+      });
+    }
+  }
+  // The relay stream belongs to the copy partition's green context: its kernels use only its SMs.
+  REQUIRE(st.relay_stream() != nullptr);
+  CHECK(detail::green_context_of(st.relay_stream()) == detail::green_context_of(p.copy_stream()));
+  CHECK(detail::green_context_of(st.relay_stream()) != nullptr);
+  auto const relay_sms = sms_used(st.relay_stream(), 4 * sms);
+  INFO("copy partition SMs: " << copy_sms.size() << ", relay stream SMs: " << relay_sms.size());
+  CHECK(subset(relay_sms, copy_sms));
+  CHECK(relay_sms.size() <= std::size_t(p.copy_sms()));
+  // Back on a plain stream, the relay leaves the partition.
+  detail::cuda_stream plain;
+  test::round_trip(layout_kind::layer_first, layout_kind::page_first, models::llama31_8b.geometry(16, 2, 8), 10,
+                   [&](auto const& plan) -> transfer_handle {
+                     using plan_type = std::decay_t<decltype(plan)>;
+                     if constexpr (record_layout<typename plan_type::src_layout_type> ||
+                                   record_layout<typename plan_type::dst_layout_type>) {
+                       return submit(st, plan, plain.get());
+                     } else {
+                       FAIL("staged needs records on one side");
+                       return {};
+                     }
+                   });
+  CHECK(detail::green_context_of(st.relay_stream()) == nullptr);
+}
+
+TEST_CASE("a submit thread issues a green-context caller's copies on that partition", "[gpu][sm_partition][submit_thread]")
+{
+  if (!sm_partition::supported()) {
+    WARN("the driver has no green contexts: nothing to test");
+    return;
+  }
+  sm_partition const p{2};
+  int const sms = detail::sm_count();
+  auto const copy_sms = sms_used(p.copy_stream(), 4 * sms);
+  kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
+  test::device_storage a(static_cast<std::size_t>(2 * g.page_bytes())), b(a.size());
+  std::vector<page_pair> const map{{0, 1}};
+  copy_plan const plan{page_first{a.data(), g, 2}, layer_first{b.data(), g, 2}, std::span<page_pair const>{map},
+                       layer_range{0, 2}};
+  sm_probe_backend probe{4 * sms, {}, {}};
+  {
+    submit_thread thread;
+    thread.submit(probe, plan, p.copy_stream(), completion::whole).synchronize();
+    CHECK(probe.ctx == detail::green_context_of(p.copy_stream()));
+    CHECK(subset(probe.seen, copy_sms));
+    // Real copies through the thread on the partition land exactly.
+    gpu_assisted loads{default_load_config};
+    test::round_trip(layout_kind::layer_first, layout_kind::page_first, g, 12,
+                     [&](auto const& pl) { return thread.submit(loads, pl, p.copy_stream()); });
+  }
 }
