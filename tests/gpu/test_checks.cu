@@ -2,6 +2,7 @@
 // blocks, segments that are not whole 16-byte vectors, memory the device cannot dereference.
 #include "gpu_support.cuh"
 
+#include <strata/tier/pinned_host_pool.cuh>
 #include <strata/transfer/dma_copy.cuh>
 #include <strata/transfer/gpu_assisted.cuh>
 #include <strata/transfer/split.cuh>
@@ -175,4 +176,23 @@ TEST_CASE("pageable host memory is rejected by kernel backends; registered memor
         -1);
   STRATA_CUDA_TRY(cudaHostUnregister(pageable));
   std::free(raw);
+}
+
+TEST_CASE("device accessibility is queried once per allocation, not per block", "[gpu][checks]")
+{
+  test::pinned_storage pinned(std::size_t{8} << 20);
+  test::device_storage dev(std::size_t{8} << 20);
+  pinned_host_pool pool{models::llama31_8b.geometry(16, 2, 8), 8, {.chunk_bytes = std::int64_t{1} << 20}};
+  detail::access_cache cache;
+  for (std::size_t at = 0; at < pinned.size(); at += 4096) {
+    cache.check(pinned.data() + at, "test", "pinned", 0, 0);
+    cache.check(dev.data() + at, "test", "device", 0, 0);
+  }
+  INFO("the driver reports allocation ranges: a hot path does one lookup per block, not one query");
+  CHECK(cache.queries() == 2);
+  auto const layout = pool.layout();
+  for (std::int64_t p = 0; p < pool.num_pages(); ++p) { cache.check(layout.page_data(p), "test", "pool", 0, 0); }
+  CHECK(cache.queries() == 2 + pool.num_chunks());
+  std::vector<std::byte> pageable(4096);
+  STRATA_REQUIRE_THROWS(invalid_argument, "pageable host memory", cache.check(pageable.data(), "test", "vector", 0, 0));
 }

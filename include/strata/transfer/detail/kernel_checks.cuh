@@ -52,6 +52,7 @@ class access_cache {
                                  return x < r.first;
                                });
     if (it != ranges_.begin() && a < std::prev(it)->second) { return; }
+    ++queries_;
     cudaPointerAttributes attr{};
     cudaError_t const e = cudaPointerGetAttributes(&attr, p);
     if (e != cudaSuccess) { (void)cudaGetLastError(); }
@@ -65,6 +66,9 @@ class access_cache {
                      : ", pinned host memory whose device address differs from its host address");
     remember(a);
   }
+
+  /// @brief Driver queries made so far (for tests: one per allocation, not one per check).
+  [[nodiscard]] std::int64_t queries() const noexcept { return queries_; }
 
  private:
   using range_fn = PFN_cuPointerGetAttribute_v4000;
@@ -104,6 +108,7 @@ class access_cache {
 
   static constexpr std::size_t max_ranges = 4096;
   std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges_;  // sorted, disjoint allocations
+  std::int64_t queries_{};
 };
 
 /**
