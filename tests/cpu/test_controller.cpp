@@ -82,6 +82,7 @@ bool page_ok(layer_first const& l, tokens_t const& tokens, std::int64_t p, std::
 /// A random engine driving the controller; it checks every page it reads.
 struct engine_run {
   std::mt19937_64 rng;
+  bool delay_hits;
   std::int64_t device_pages, host_pages;
   engine_memory memory;
   layer_first layout;
@@ -94,17 +95,22 @@ struct engine_run {
     bool running = false;    // finish_prefill done
   };
   std::map<std::uint64_t, req> live;
+  // Pages being computed now (started, not yet finished): prefix key -> request. With delay hits no
+  // request may start computing a run of pages another request is computing (a delay hit's length).
+  std::map<std::uint64_t, std::uint64_t> computing;
+  std::map<std::uint64_t, std::vector<std::uint64_t>> computing_keys;
   std::uint64_t next_id = 1;
   std::int64_t finished = 0, checked_pages = 0, duplicates = 0;
 
-  engine_run(std::uint64_t seed, std::int64_t dev, std::int64_t host, write_policy policy, bool delay_hits)
+  engine_run(std::uint64_t seed, std::int64_t dev, std::int64_t host, write_policy policy, bool with_delay_hits)
       : rng{seed},
+        delay_hits{with_delay_hits},
         device_pages{dev},
         host_pages{host},
         memory{dev},
         layout{memory.layout(dev)},
         cache{controller::tiers_type{device_pool<layer_first>{layout}, host_pool{geo, host}}, options(policy),
-              strata_scheduler{strata_options{.delay_hits = delay_hits}}}
+              strata_scheduler{strata_options{.delay_hits = with_delay_hits}}}
   {
     for (int d = 0; d < 4; ++d) {
       tokens_t doc(std::size_t(geo.page_tokens * std::int64_t(2 + rng() % 10)));
@@ -167,11 +173,43 @@ struct engine_run {
         cached += c;
       }
       verify(s.id.value, cached);
+      start_computing(s.id.value, cached);
     }
     for (auto const& it : h.ran) {
       if (it.last_chunk) { live.at(it.id.value).prefilled = true; }
     }
     if (rng() % 2 == 0) { (void)cache.complete(h); }
+  }
+
+  /// Records the pages request `id` computes from page `first` on; checks that no other request is
+  /// computing the run of pages it starts with (no prefix computed twice at once).
+  void start_computing(std::uint64_t id, std::int64_t first)
+  {
+    tokens_t const& t = live.at(id).tokens;
+    std::int64_t const whole = std::int64_t(t.size()) / geo.page_tokens;
+    std::int64_t shared = 0;
+    std::uint64_t other = 0;
+    for (std::int64_t p = first; p < whole; ++p) {
+      auto const it = computing.find(page_key(t, p));
+      if (it == computing.end() || (other != 0 && it->second != other)) { break; }
+      other = it->second;
+      ++shared;
+    }
+    if (delay_hits) {
+      INFO("request " << id << " computes " << shared << " pages request " << other << " is computing");
+      REQUIRE(shared * geo.page_tokens < 8);  // the delay-hit threshold of `options`
+    }
+    for (std::int64_t p = first; p < whole; ++p) {
+      std::uint64_t const k = page_key(t, p);
+      if (computing.emplace(k, id).second) { computing_keys[id].push_back(k); }
+    }
+  }
+  void stop_computing(std::uint64_t id)
+  {
+    for (auto k : computing_keys[id]) {
+      computing.erase(k);
+    }
+    computing_keys.erase(id);
   }
 
   void finish_one()
@@ -189,6 +227,7 @@ struct engine_run {
         }
       }
       auto const res = cache.finish_prefill(request_id{id});
+      stop_computing(id);
       duplicates += std::int64_t(res.duplicate_positions.size());
       r.running = true;
       verify(id, whole);
@@ -218,6 +257,7 @@ struct engine_run {
     } else {
       cache.release(request_id{id});
     }
+    stop_computing(id);
     live.erase(it);
     ++finished;
   }

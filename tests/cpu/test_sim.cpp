@@ -202,6 +202,42 @@ TEST_CASE("delay-hit scenarios: strata never prefills a shared prefix twice", "[
   }
 }
 
+TEST_CASE("delay-hit scenarios: nested prefixes are computed once", "[cpu][sim]")
+{
+  // Request 1 computes P+Y; requests 2 and 3 extend P with the same X while it does. Neither could
+  // mark X at arrival (its prefix ran into request 1's), so both used to compute X once request 1
+  // committed P (1,280 redundant tokens).
+  auto pages = [](std::int32_t first, std::int32_t n) {
+    page_ids v(static_cast<std::size_t>(n), 0);
+    std::iota(v.begin(), v.end(), first);
+    return v;
+  };
+  page_ids const p = pages(1, 300), y = pages(1001, 10), x = pages(2001, 40);
+  workload w{"nested", 32, {}};
+  auto add = [&](double at, page_ids own) {
+    sim_request r;
+    r.arrival_s = at;
+    r.own = p;
+    r.own.insert(r.own.end(), own.begin(), own.end());
+    r.prompt_tokens = std::int64_t(r.own.size()) * 32;
+    r.output_tokens = 8;
+    w.requests.push_back(std::move(r));
+  };
+  page_ids b = x, c = x;
+  b.push_back(3001);
+  c.push_back(3002);
+  add(0.0, y);
+  add(0.05, b);
+  add(0.06, c);
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    w.requests[i].id = request_id{i + 1};
+  }
+  auto const st = simulate(w, small_engine(), strata_scheduler{});
+  CHECK(redundant(st) == 0);
+  CHECK(st.records[1].computed_tokens + st.records[2].computed_tokens < 2 * 40 * 32);  // X once
+  CHECK(redundant(simulate(w, small_engine(), longest_prefix{})) > 0);                 // the baseline twice
+}
+
 TEST_CASE("simulations conserve tokens and pages and are deterministic", "[cpu][sim]")
 {
   auto const w = long_documents({.requests = 150, .rate = 2, .seed = 8, .documents = 12, .questions_per_visit = 1.5});

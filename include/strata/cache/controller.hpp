@@ -228,9 +228,7 @@ class cache_controller {
     s->tokens.assign(r.tokens.begin(), r.tokens.end());
     s->prompt_tokens = prompt;
     s->max_new_tokens = r.max_new_tokens;
-    if (scheduler_.uses_transient_nodes()) {
-      s->transient_pages = tree_.mark_in_queue(r.id, s->tokens) / page_tokens();
-    }
+    mark(r.id, *s);
     waiting_request w;
     w.id = r.id;
     w.arrival_s = r.arrival_s;
@@ -412,6 +410,11 @@ class cache_controller {
     s.node = r.node;
     s.prefix = tree_.path_pages(r.node, tier::device, /*arriving_too=*/true);
     s.at = stage::running;
+    for (auto k : s.computing_keys) {
+      unmarked_computing_.erase(k);
+    }
+    s.computing_keys.clear();
+    unblock(id);
     submit_queued(stream);
     return out;
   }
@@ -588,9 +591,10 @@ class cache_controller {
     bool locked = false;
     std::int64_t cached_pages = 0;
     std::int64_t transient_pages = 0;
-    std::vector<std::int64_t> prefix;    // device pages of the cached path when it started
-    std::vector<std::int64_t> computed;  // device pages of the computed whole pages
-    std::vector<std::int64_t> extra;     // pages the index does not hold: uncached, partial tail, output
+    std::vector<std::int64_t> prefix;           // device pages of the cached path when it started
+    std::vector<std::int64_t> computed;         // device pages of the computed whole pages
+    std::vector<std::int64_t> extra;            // pages the index does not hold: uncached, partial tail, output
+    std::vector<std::uint64_t> computing_keys;  // its pages in `unmarked_computing_`
   };
   struct submission {
     std::uint64_t id;
@@ -662,11 +666,28 @@ class cache_controller {
     state& s = *waiting_state_[it.index];
     std::int64_t const to_load = tree_.pages_to_load(it.cached_node);
     std::int64_t const cached = tree_.path_length(it.cached_node);
+    std::vector<std::uint64_t> keys;
+    if (scheduler_.uses_transient_nodes()) {
+      // Another request of this batch (or one started since the plan was made) now computes this
+      // prefix: this one waits for it rather than compute it twice.
+      if (s.transient_pages == 0) {
+        match_result const m = tree_.probe(s.tokens);
+        if (m.delay_hit && m.transient_owner != w.id) { return false; }
+      }
+      keys = page_keys(s, cached);
+      if (computed_elsewhere(keys)) { return false; }
+      mark(w.id, s);
+    }
     std::int64_t const computed = whole_pages(s) - cached;
     // Loaded pages, then computed whole pages, then the partial tail and the output (`extra`).
     auto pages = allocate(first_chunk_pages(s.prompt_tokens, s.max_new_tokens, cached, to_load, page_tokens()));
     submit_queued(stream);
     if (!pages) { return false; }
+    if (scheduler_.uses_transient_nodes() && s.transient_pages == 0) {  // computes what no mark covers
+      for (auto k : keys) {
+        if (unmarked_computing_.emplace(k, w.id).second) { s.computing_keys.push_back(k); }
+      }
+    }
     started_request st{w.id, {}};
     for (auto& o : tree_.load(it.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
       std::int64_t const count = std::int64_t(o.from_pages.size());
@@ -788,7 +809,8 @@ class cache_controller {
     bool const was_waiting = std::find(waiting_state_.begin(), waiting_state_.end(), &s) != waiting_state_.end();
     unhold(id, s);
     s.at = stage::waiting;
-    if (scheduler_.uses_transient_nodes()) { s.transient_pages = tree_.mark_in_queue(id, s.tokens) / page_tokens(); }
+    unblock(id);
+    mark(id, s);
     if (was_waiting) {
       for (auto& w : waiting_) {
         if (w.id == id) { w.started = false, w.prefilled_tokens = 0, w.cached_tokens = 0; }
@@ -805,9 +827,79 @@ class cache_controller {
     ++stats_.requeued;
   }
 
+  /// Marks a request's uncached prefix as about to be computed by it (delay hits need
+  /// marks). When its prefix runs into another request's transient prefix, that request will
+  /// compute it: this one is marked again once that one commits or goes (`unblock`), so that of
+  /// several requests extending the same prefix one marks — and computes — the extension.
+  void mark(request_id id, state& s)
+  {
+    if (!scheduler_.uses_transient_nodes() || s.transient_pages > 0) { return; }
+    match_result const m = tree_.probe(s.tokens);
+    if (m.transient_tokens > 0 && m.transient_owner != id) {
+      blocked_[m.transient_owner].push_back(id);
+      return;
+    }
+    s.transient_pages = tree_.mark_in_queue(id, s.tokens) / page_tokens();
+    if (s.transient_pages > 0 && s.at == stage::prefilling) { tree_.mark_in_flight(id); }
+  }
+  /// `owner`'s transient prefix committed or went: the requests that ran into it and have not
+  /// finished their prefill mark again (one computing already marks what it computes, so that
+  /// later requests wait for it).
+  void unblock(request_id owner)
+  {
+    auto const it = blocked_.find(owner);
+    if (it == blocked_.end()) { return; }
+    std::vector<request_id> const ids = std::move(it->second);
+    blocked_.erase(it);
+    for (auto id : ids) {
+      auto const r = requests_.find(id);
+      if (r != requests_.end() && (r->second->at == stage::waiting || r->second->at == stage::prefilling)) {
+        mark(id, *r->second);
+      }
+    }
+  }
+
+  /// Content keys of a request's whole pages from page `from` on, chained over the prefix (equal
+  /// keys, equal prefixes).
+  [[nodiscard]] std::vector<std::uint64_t> page_keys(state const& s, std::int64_t from) const
+  {
+    std::int64_t const whole = whole_pages(s);
+    std::int64_t const per_page = options_.page_ids ? 1 : page_tokens();
+    std::vector<std::uint64_t> keys;
+    std::uint64_t h = 0x243f6a8885a308d3ull;
+    for (std::int64_t p = 0; p < whole; ++p) {
+      for (std::int64_t i = p * per_page; i < (p + 1) * per_page; ++i) {
+        h = (h ^ std::uint64_t(std::uint32_t(s.tokens[std::size_t(i)]))) * 0x100000001b3ull;
+        h ^= h >> 29;
+      }
+      if (p >= from) { keys.push_back(h); }
+    }
+    return keys;
+  }
+  /// Whether a request computing pages no mark covers (its prefix ran into another request's
+  /// transient prefix shorter than the delay-hit threshold, and nothing hangs below a transient
+  /// node) is computing the first pages of `keys` — at least the delay-hit threshold of them.
+  /// Such requests register their pages in `unmarked_computing_` when they start.
+  [[nodiscard]] bool computed_elsewhere(std::vector<std::uint64_t> const& keys) const
+  {
+    std::int64_t shared = 0;
+    request_id other{};
+    for (auto k : keys) {
+      auto const it = unmarked_computing_.find(k);
+      if (it == unmarked_computing_.end() || (shared > 0 && it->second != other)) { break; }
+      other = it->second;
+      ++shared;
+    }
+    return shared > 0 && shared * page_tokens() >= options_.delay_hit_tokens;
+  }
+
   /// Gives up what a request holds: transient prefix, locks, own pages.
   void unhold(request_id id, state& s)
   {
+    for (auto k : s.computing_keys) {
+      unmarked_computing_.erase(k);
+    }
+    s.computing_keys.clear();
     if (tree_.transient_pages(id) > 0) { tree_.abort(id); }
     s.transient_pages = 0;
     if (s.locked) { tree_.unlock(s.node, tier::device); }
@@ -822,6 +914,7 @@ class cache_controller {
   void drop(request_id id, state& s)
   {
     unhold(id, s);
+    unblock(id);
     for (std::size_t i = 0; i < waiting_state_.size(); ++i) {
       if (waiting_state_[i] == &s) {
         waiting_.erase(waiting_.begin() + std::ptrdiff_t(i));
@@ -847,6 +940,8 @@ class cache_controller {
   std::vector<state*> waiting_state_;
   std::vector<submission> inflight_;
   std::vector<copy_order> queued_;
+  std::unordered_map<request_id, std::vector<request_id>, request_hash> blocked_;  // owner -> waiting on its mark
+  std::unordered_map<std::uint64_t, request_id> unmarked_computing_;               // see claim_unmarked
   std::uint64_t round_ = 0;
   std::uint64_t begun_ = 0;
   std::uint64_t submissions_ = 0;
