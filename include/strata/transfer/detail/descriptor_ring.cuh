@@ -77,16 +77,17 @@ class descriptor_ring {
       start = 0;
       tail_end = host_.size();
     }
-    // The youngest busy region overlapping the new range or the skipped tail: it and every older
-    // one go (see the class comment: they are a FIFO prefix).
-    std::size_t retire = 0;
-    for (std::size_t i = 0; i < busy_.size(); ++i) {
-      if (overlaps(busy_[i], start, start + bytes) || overlaps(busy_[i], head_, tail_end)) { retire = i + 1; }
-    }
-    for (; retire > 0; --retire) {
+    // Retire the FIFO prefix that overlaps the skipped tail or the new range (see the class
+    // comment): the tail holds the oldest regions, then the new range meets the next oldest in
+    // address order, so looking at the front alone finds them all, in O(retired) time.
+    while (!busy_.empty() &&
+           (overlaps(busy_.front(), head_, tail_end) || overlaps(busy_.front(), start, start + bytes))) {
       STRATA_CUDA_TRY(cudaEventSynchronize(busy_.front().done.get()));
       busy_.pop_front();
     }
+    assert(std::none_of(busy_.begin(), busy_.end(), [&](busy_region const& r) {
+      return overlaps(r, start, start + bytes) || overlaps(r, head_, tail_end);
+    }));
     pending_ = {start, start + bytes};
     head_ = start + bytes;
     return {host_.data() + start, device_.data() + start, bytes};
