@@ -457,15 +457,6 @@ class cache_controller {
     drop(id, s);
   }
 
-  // --- waiting on loads --------------------------------------------------------------------------
-
-  /// @brief The executor's submission of a batch's loads (for per-layer waits: `gpu_executor`
-  ///        handles are `transfer_handle`s). Empty when the batch loads nothing.
-  [[nodiscard]] static std::optional<handle_type> const& transfer(load_handle_type const& h) noexcept
-  {
-    return h.transfer;
-  }
-
   // --- explicit control and state ----------------------------------------------------------------
 
   /**
