@@ -272,8 +272,10 @@ TEST_CASE("split completes per layer: another stream waits for each layer of bot
     test::upload(dev, poison);
     transfer_handle const h = via_thread != 0 ? thread.submit(b, plan, copy_stream.get()) : submit(b, plan, copy_stream.get());
     REQUIRE(h.per_layer());
-    // The compute stream copies each layer (both planes: contiguous in layer_first) once it landed.
-    for (std::int64_t l = g.layers - 1; l >= 0; --l) {
+    // The compute stream copies each layer (both planes: contiguous in layer_first) as soon as its
+    // event says it landed, in order: an event recorded before both shares of its layer landed
+    // lets the copy read poison while later layers are still in flight.
+    for (std::int64_t l = 0; l < g.layers; ++l) {
       wait_layer(h, l, compute_stream.get());
       STRATA_CUDA_TRY(cudaMemcpyAsync(snapshot.data() + l * layer_bytes, dev.data() + l * layer_bytes, layer_bytes,
                                       cudaMemcpyDeviceToDevice, compute_stream.get()));
