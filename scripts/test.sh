@@ -4,6 +4,7 @@
 #   1. build/       the default configuration: every test, example and benchmark builds; the CUDA
 #                   parts too when nvcc is found. ctest runs all tests; [gpu] tests skip without a GPU.
 #   2. build-asan/  host-only, with AddressSanitizer and UndefinedBehaviorSanitizer: the [cpu] tests.
+#   3. build-tsan/  host-only, with ThreadSanitizer: the cache controller's tests (a polling thread).
 #
 # Extra arguments go to both ctest runs (e.g. -R host_copy).
 set -euo pipefail
@@ -20,3 +21,9 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSTRATA_ENABLE_CUDA=OFF -DSTR
   -DSTRATA_BUILD_BENCHMARKS=OFF -DSTRATA_BUILD_EXAMPLES=OFF
 cmake --build build-asan -j "$jobs"
 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L cpu -E '^package' "$@"
+
+# 3. build-tsan/: the cache controller's concurrent calls under ThreadSanitizer.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_ENABLE_CUDA=OFF -DSTRATA_SANITIZE_THREAD=ON \
+  -DSTRATA_BUILD_BENCHMARKS=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_BUILD_TOOLS=OFF
+cmake --build build-tsan -j "$jobs" --target test_controller
+ctest --test-dir build-tsan --output-on-failure -R '^test_controller$'
