@@ -381,7 +381,7 @@ int main(int argc, char** argv)
     while (!e.live.at(id).done) {
       (void)e.batch();
     }
-    cache.release(request_id{id}, std::span<std::int32_t const>{doc}, compute);  // the document stays cached
+    cache.release(request_id{id}, first, compute);  // the document (and this question) stay cached
     e.live.erase(id);
   }
   auto host_only = [&] {  // every device copy goes; the document lives on the host tier only

@@ -279,7 +279,7 @@ struct gpu_engine {
       }
       write(jobs);
       cache.release(request_id{id}, all, compute.get());
-      finished_turns.push_back(all);
+      if (std::int64_t(all.size()) < 18 * geo.page_tokens) { finished_turns.push_back(all); }  // fits the pool
       it = live.erase(it);
     }
   }
