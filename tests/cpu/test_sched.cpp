@@ -8,6 +8,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace strata;
@@ -197,6 +198,34 @@ TEST_CASE("fifo takes arrival order; longest_prefix the longest cached prefix", 
   CHECK(ids_of(longest_prefix{.max_sorted = 1}.schedule(f.view())) == ids_of(a));
 }
 
+TEST_CASE("sjf takes the shortest prompt; srpt the least remaining work; longest_prefix_sorted never falls back",
+          "[cpu][sched]")
+{
+  for (bool const on_host : {false, true}) {
+    fixture f;
+    auto const doc = pages(1000, 100);
+    f.cache(doc, on_host);
+    f.wait(pages(1, 62), 2000);  // a long miss: 2,000 tokens to compute
+    auto hit = doc;
+    hit.push_back(7);
+    f.wait(hit, 101 * 32);        // the longest prompt, but a hit on 100 pages: 32 tokens to compute
+    f.wait(pages(200, 10), 325);  // a short miss
+    CHECK(ids_of(sjf{}.schedule(f.view())) == std::vector<request_id>{request_id{3}, request_id{1}, request_id{2}});
+    // srpt counts what is left: the hit's compute, plus its load when the document is on the host
+    // (100 pages at ~49 GB/s: ~8.5 ms, more than the short miss's ~325 tokens of compute).
+    auto const expected = on_host ? std::vector<request_id>{request_id{3}, request_id{2}, request_id{1}}
+                                  : std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}};
+    CHECK(ids_of(srpt{}.schedule(f.view())) == expected);
+    CHECK(srpt::remaining_s(f.view(), 1) < srpt::remaining_s(f.view(), 0));
+    // longest_prefix falls back to arrival order past max_sorted waiting; the sorted variant never does.
+    CHECK(ids_of(longest_prefix{.max_sorted = 2}.schedule(f.view())) ==
+          std::vector<request_id>{request_id{1}, request_id{2}, request_id{3}});
+    CHECK(ids_of(longest_prefix_sorted{}.schedule(f.view())) ==
+          std::vector<request_id>{request_id{2}, request_id{1}, request_id{3}});
+    CHECK(std::string{longest_prefix_sorted::name} == "longest_prefix_sorted");
+  }
+}
+
 TEST_CASE("every strategy keeps to the token budget and the device memory", "[cpu][sched]")
 {
   std::mt19937_64 rng{5};
@@ -243,6 +272,9 @@ TEST_CASE("every strategy keeps to the token budget and the device memory", "[cp
     };
     check(fifo{}.schedule(v), "fifo");
     check(longest_prefix{}.schedule(v), "longest_prefix");
+    check(longest_prefix_sorted{}.schedule(v), "longest_prefix_sorted");
+    check(sjf{}.schedule(v), "sjf");
+    check(srpt{}.schedule(v), "srpt");
     check(strata_scheduler{}.schedule(v), "strata");
   }
 }

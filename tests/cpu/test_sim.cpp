@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <numeric>
+#include <random>
 
 using namespace strata;
 using namespace strata::sim;
@@ -178,6 +179,114 @@ TEST_CASE("traces replay from CSV and JSON lines, and bad lines are named", "[cp
   for (char const* f : {"strata_trace.csv", "strata_trace.jsonl", "strata_trace_bad.jsonl", "strata_trace_bad.csv"}) {
     std::remove(f);
   }
+}
+
+TEST_CASE("token ids become collision-free page ids: equal prefixes, equal ids; different, different", "[cpu][sim]")
+{
+  // Many requests whose pages repeat contents under different prefixes: a page's id must be a
+  // function of its whole prefix, and distinct prefixes must never share an id.
+  std::mt19937_64 rng{7};
+  std::vector<std::vector<std::int64_t>> prompts;
+  {
+    std::ofstream f{"strata_trace_ids.csv"};
+    for (int q = 0; q < 300; ++q) {
+      std::int64_t const n_pages = std::uniform_int_distribution<std::int64_t>{1, 12}(rng);
+      std::vector<std::int64_t> tokens;
+      for (std::int64_t p = 0; p < n_pages; ++p) {
+        std::int64_t const content = std::uniform_int_distribution<std::int64_t>{0, 3}(rng);  // few contents
+        for (int t = 0; t < 32; ++t) {
+          tokens.push_back(content * 1000 + t);
+        }
+      }
+      prompts.push_back(tokens);
+      f << q * 0.01 << ",4," << tokens.size() << ",";
+      for (auto t : tokens) {
+        f << ' ' << t;
+      }
+      f << "\n";
+    }
+  }
+  auto const w = replay("strata_trace_ids.csv");
+  REQUIRE(w.requests.size() == prompts.size());
+  std::map<std::vector<std::int64_t>, std::int32_t> id_of_prefix;
+  std::map<std::int32_t, std::vector<std::int64_t>> prefix_of_id;
+  for (std::size_t q = 0; q < prompts.size(); ++q) {
+    auto const ids = w.requests[q].pages();  // arrivals are increasing: the order is the file's
+    REQUIRE(ids.size() * 32 == prompts[q].size());
+    for (std::size_t p = 0; p < ids.size(); ++p) {
+      std::vector<std::int64_t> const prefix(prompts[q].begin(), prompts[q].begin() + std::ptrdiff_t((p + 1) * 32));
+      auto const [a, fresh_prefix] = id_of_prefix.emplace(prefix, ids[p]);
+      CHECK(a->second == ids[p]);  // equal prefixes, equal ids
+      auto const [b, fresh_id] = prefix_of_id.emplace(ids[p], prefix);
+      CHECK(b->second == prefix);  // one id, one prefix
+      CHECK(ids[p] > 0);
+    }
+  }
+  // Ids are dense, in order of first appearance.
+  CHECK(prefix_of_id.begin()->first == 1);
+  CHECK(prefix_of_id.rbegin()->first == std::int32_t(prefix_of_id.size()));
+  std::remove("strata_trace_ids.csv");
+}
+
+TEST_CASE("Mooncake traces replay: 512-token blocks become pages, equal leading blocks equal pages", "[cpu][sim]")
+{
+  {
+    std::ofstream f{"strata_mooncake.jsonl"};
+    f << R"({"timestamp": 0, "input_length": 1100, "output_length": 6, "hash_ids": [0, 1, 2]})"
+      << "\n";
+    f << R"({"timestamp": 1500, "input_length": 700, "output_length": 30, "hash_ids": [0, 1]})"
+      << "\n";
+    f << R"({"timestamp": 250, "input_length": 512, "output_length": 1, "hash_ids": [5]})"
+      << "\n";
+    f << R"({"timestamp": 3000, "input_length": 1040, "output_length": 2, "hash_ids": [0, 7, 8]})"
+      << "\n";
+  }
+  auto w = replay("strata_mooncake.jsonl");
+  REQUIRE(w.requests.size() == 4);
+  auto const& a = w.requests[0];  // sorted by arrival: 0, 0.25, 1.5, 3 s
+  auto const& c = w.requests[1];
+  auto const& b = w.requests[2];
+  auto const& d = w.requests[3];
+  CHECK(c.arrival_s == 0.25);
+  CHECK(b.arrival_s == 1.5);
+  CHECK(a.prompt_tokens == 1100);
+  CHECK(a.output_tokens == 6);
+  CHECK(a.pages().size() == 1100 / 32);  // 34: two whole blocks and 2 pages of the third
+  CHECK(b.pages().size() == 700 / 32);   // 21: one block and 5 pages of the second
+  CHECK(c.pages().size() == 16);
+  CHECK(d.pages().size() == 1040 / 32);
+  // Equal leading blocks: equal pages, as far as both prompts go.
+  for (std::size_t p = 0; p < b.pages().size(); ++p) {
+    CHECK(a.pages()[p] == b.pages()[p]);
+  }
+  // d shares block 0 only; pages of different blocks never share an id.
+  for (std::size_t p = 0; p < d.pages().size(); ++p) {
+    CHECK((a.pages()[p] == d.pages()[p]) == (p < 16));
+  }
+  auto const a_pages = a.pages();
+  for (auto x : c.pages()) {
+    CHECK(std::count(a_pages.begin(), a_pages.end(), x) == 0);
+  }
+  // Time scaling sets the load.
+  double const rate = arrival_rate(w);
+  CHECK(rate == Approx(3.0 / 3.0));
+  scale_time(w, 0.5);
+  CHECK(w.requests.back().arrival_s == 1.5);
+  CHECK(arrival_rate(w) == Approx(2.0));
+  STRATA_REQUIRE_THROWS(invalid_argument, "factor must be finite and positive", scale_time(w, 0));
+  // It simulates, every strategy.
+  auto const r = simulate(w, small_engine(), strata_scheduler{});
+  for (auto const& x : r.records) {
+    CHECK(x.served());
+  }
+  {
+    std::ofstream f{"strata_mooncake.jsonl"};
+    f << R"({"timestamp": 0, "input_length": 100, "hash_ids": [0]})"
+      << "\n";
+  }
+  STRATA_REQUIRE_THROWS(invalid_argument, "strata_mooncake.jsonl:1: no \"output_length\"",
+                        replay("strata_mooncake.jsonl"));
+  std::remove("strata_mooncake.jsonl");
 }
 
 TEST_CASE("delay-hit scenarios: strata never prefills a shared prefix twice", "[cpu][sim]")

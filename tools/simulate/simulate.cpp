@@ -18,6 +18,7 @@
 #include <strata/sched/strata_scheduler.hpp>
 #include <strata/sim/workload.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -27,6 +28,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -59,6 +61,10 @@ struct workload_defaults {
   std::int64_t requests;
   double rate;
 };
+/// Every strategy `--strategy all` runs, in report order: the baselines, then strata.
+constexpr char const* strategy_names[] = {"fifo", "longest_prefix", "longest_prefix_sorted", "sjf", "srpt", "strata"};
+constexpr char const* strategy_list = "fifo, longest_prefix, longest_prefix_sorted, sjf, srpt, strata, all";
+
 constexpr workload_defaults defaults_of[] = {
     {"long_documents", 400, 1.5}, {"short_chat", 4000, 40}, {"multi_turn", 2000, 10}};
 
@@ -73,6 +79,7 @@ struct options {
   int instances = 1;
   std::string trace;
   bool trace_pages = false;
+  std::optional<double> time_scale;  // traces: multiply arrival times
   std::string out;
   bool sweep = false;
   bool progress = false;
@@ -90,9 +97,12 @@ struct options {
       "  --rate R                        arrival rate, requests/s, %g..%g (default: long_documents 1.5,\n"
       "                                  short_chat 40, multi_turn 10)\n"
       "  --seed S                        random seed, 0..2^64-1 (default 1)\n"
-      "  --trace FILE [--trace-pages]    replay CSV / JSON lines instead (see sim/workload.hpp); arrivals\n"
-      "                                  below %g s, at most %lld prompt or output tokens per request\n"
-      "  --strategy fifo|longest_prefix|strata|all         (default all)\n"
+      "  --trace FILE [--trace-pages]    replay CSV / JSON lines / Mooncake JSON lines (hash_ids) instead\n"
+      "                                  (see sim/workload.hpp); arrivals below %g s, at most %lld prompt or\n"
+      "                                  output tokens per request\n"
+      "  --time-scale X                  with --trace: multiply arrival times by X (> 1: lighter load);\n"
+      "                                  or --rate R with --trace: scale arrivals to R requests/s\n"
+      "  --strategy fifo|longest_prefix|longest_prefix_sorted|sjf|srpt|strata|all   (default all)\n"
       "  --no-delay-hits --no-balance --no-bubbles          switch strata's ideas off one by one\n"
       "  --system gpu_assisted|batched_dma|per_block_dma   transfer system (default gpu_assisted)\n"
       "  --instances N                   engines behind a cache-aware router, 1..%d (default 1)\n"
@@ -173,6 +183,8 @@ options parse(int argc, char** argv)
       o.trace = value(i);
     } else if (a == "--trace-pages") {
       o.trace_pages = true;
+    } else if (a == "--time-scale") {
+      o.time_scale = number_value(a, value(i), 1e-6, 1e6);
     } else if (a == "--out") {
       o.out = value(i);
       STRATA_EXPECTS(!o.out.empty(), "--out needs a folder, got ''");
@@ -259,8 +271,11 @@ simulation_result run(std::string const& strategy, workload const& w, engine_con
   auto report = [&bar](std::int64_t done, std::int64_t) { bar.update(done); };
   if (strategy == "fifo") { return simulate(w, c, fifo{}, instances, report); }
   if (strategy == "longest_prefix") { return simulate(w, c, longest_prefix{}, instances, report); }
+  if (strategy == "longest_prefix_sorted") { return simulate(w, c, longest_prefix_sorted{}, instances, report); }
+  if (strategy == "sjf") { return simulate(w, c, sjf{}, instances, report); }
+  if (strategy == "srpt") { return simulate(w, c, srpt{}, instances, report); }
   if (strategy == "strata") { return simulate(w, c, strata_scheduler{so}, instances, report); }
-  throw invalid_argument("strata: unknown strategy '" + strategy + "' (fifo, longest_prefix, strata, all)");
+  throw invalid_argument("strata: unknown strategy '" + strategy + "' (" + strategy_list + ")");
 }
 
 std::string ablation_label(strata_options const& so)
@@ -746,13 +761,15 @@ int main(int argc, char** argv)
                      "--sweep takes only --out, --budget, --device-pages and --host-pages");
       return run_sweep(o);
     }
-    STRATA_EXPECTS(
-        o.trace.empty() || (o.workload == defaults.workload && !o.requests && !o.rate && o.seed == defaults.seed),
-        "--trace replays its own requests: --workload, --requests, --rate and --seed do not apply");
+    STRATA_EXPECTS(o.trace.empty() || (o.workload == defaults.workload && !o.requests && o.seed == defaults.seed),
+                   "--trace replays its own requests: --workload, --requests and --seed do not apply");
     STRATA_EXPECTS(!o.trace_pages || !o.trace.empty(), "--trace-pages needs --trace");
+    STRATA_EXPECTS(!o.time_scale || !o.trace.empty(), "--time-scale needs --trace");
+    STRATA_EXPECTS(!o.time_scale || !o.rate, "--time-scale and --rate both set the trace's load: give one");
     STRATA_EXPECTS(
-        o.strategy == "all" || o.strategy == "fifo" || o.strategy == "longest_prefix" || o.strategy == "strata",
-        "unknown strategy '", o.strategy, "' (fifo, longest_prefix, strata, all)");
+        o.strategy == "all" || std::find_if(std::begin(strategy_names), std::end(strategy_names),
+                                            [&](auto n) { return o.strategy == n; }) != std::end(strategy_names),
+        "unknown strategy '", o.strategy, "' (", strategy_list, ")");
     if (o.trace.empty()) { (void)defaults_for(o.workload); }
     engine_config const c = engine_for(o, system_io(o.system), o.trace.empty() ? o.workload : "");
     c.validate();
@@ -762,15 +779,21 @@ int main(int argc, char** argv)
       w = make_workload(o.workload, o.requests, o.rate, o.seed);
     } else {
       w = replay(o.trace, c.costs.page_tokens(), o.trace_pages);
+      if (o.time_scale) { scale_time(w, *o.time_scale); }
+      if (o.rate) {
+        double const now = arrival_rate(w);
+        STRATA_EXPECTS(now > 0, "--rate: the trace's arrivals span no time, so no rate can be set");
+        scale_time(w, now / *o.rate);
+      }
       check_trace(w, o.trace);
     }
     strata_options so;
     so.delay_hits = o.delay_hits;
     so.balance = o.balance;
     so.bubbles = o.bubbles;
-    std::vector<std::string> const strategies = o.strategy == "all"
-                                                    ? std::vector<std::string>{"fifo", "longest_prefix", "strata"}
-                                                    : std::vector<std::string>{o.strategy};
+    std::vector<std::string> const strategies =
+        o.strategy == "all" ? std::vector<std::string>(std::begin(strategy_names), std::end(strategy_names))
+                            : std::vector<std::string>{o.strategy};
     std::printf("%s: %zu requests over %.0f s, Llama-3.1-8B on %d H200%s, %s I/O\n\n", w.name.c_str(),
                 w.requests.size(), w.requests.empty() ? 0.0 : w.requests.back().arrival_s, o.instances,
                 o.instances > 1 ? "s" : "", o.system.c_str());

@@ -13,14 +13,17 @@
 #include <strata/types.hpp>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -119,6 +122,34 @@ class page_id_source {
   }
 
  private:
+  std::int32_t next_ = 1;
+};
+/// @brief Dense, collision-free page ids for chained page contents: the id of a page is a function
+///        of its parent's id and its own content, assigned 1, 2, ... in order of first appearance.
+///        The key holds the content itself, so two different prefixes never share an id.
+class chained_page_ids {
+ public:
+  /// @brief The id of the page with content `content` after the page `parent` (0: the first page).
+  /// @throw strata::invalid_argument when more distinct pages than int32 ids appear
+  ///        `kind` keeps contents of different kinds (token ids, block ids) apart.
+  std::int32_t child(std::int32_t parent, std::span<std::int64_t const> content, char kind = 't')
+  {
+    std::string key(1 + sizeof parent + content.size_bytes(), kind);
+    std::memcpy(key.data() + 1, &parent, sizeof parent);
+    std::memcpy(key.data() + 1 + sizeof parent, content.data(), content.size_bytes());
+    auto const [it, fresh] = ids_.try_emplace(std::move(key), next_);
+    if (fresh) {
+      STRATA_EXPECTS(next_ < std::numeric_limits<std::int32_t>::max(), "replay: more than ",
+                     std::numeric_limits<std::int32_t>::max() - 1, " distinct pages");
+      ++next_;
+    }
+    return it->second;
+  }
+  /// @brief Distinct pages seen.
+  [[nodiscard]] std::size_t size() const noexcept { return ids_.size(); }
+
+ private:
+  std::unordered_map<std::string, std::int32_t> ids_;
   std::int32_t next_ = 1;
 };
 inline std::int64_t lognormal_tokens(std::mt19937_64& rng, double mean, double sigma, std::int64_t lo, std::int64_t hi)
@@ -335,14 +366,27 @@ inline workload multi_turn(multi_turn_options const& o)
 
 /// @brief Most prompt or output tokens one replayed request may have.
 inline constexpr std::int64_t max_request_tokens = 10'000'000;
+/// @brief Tokens per `hash_ids` block of Mooncake's trace format.
+inline constexpr std::int64_t mooncake_block_tokens = 512;
 /// @brief Latest arrival a replayed trace may hold, in seconds.
 inline constexpr double max_arrival_s = 1e9;
 
 /**
  * @brief Replays a trace: CSV lines `arrival_s,output_tokens,prompt_tokens,id id id ...` (ids are
- *        token ids, hashed here into page ids, or page ids when `ids_are_pages`), or JSON lines
+ *        token ids, turned here into page ids, or page ids when `ids_are_pages`), JSON lines
  *        `{"arrival": 1.5, "output_tokens": 64, "tokens": [1, 2, ...]}` (or `"pages": [...]` and
- *        `"prompt_tokens": n`). Lines starting with `#` and a CSV header are skipped.
+ *        `"prompt_tokens": n`), or Mooncake's JSON lines `{"timestamp": ms, "input_length": n,
+ *        "output_length": m, "hash_ids": [...]}` (recognized by `hash_ids`: one id per 512-token
+ *        block, equal leading ids meaning an equal prefix). Lines starting with `#` and a CSV header
+ *        are skipped.
+ *
+ * Token ids and Mooncake blocks become dense page ids (1, 2, ... in order of first appearance),
+ * each page keyed by its parent page's id and its exact content (32 token ids, or a block id and
+ * the page's position in the block): equal prefixes get equal ids and different prefixes never
+ * share one. A Mooncake block is `mooncake_block_tokens / page_tokens` pages; a request gets the
+ * whole pages of its `input_length` (a partial last block gives its whole pages). Page ids given
+ * as such (`"pages"`, `ids_are_pages`) are taken as they are: do not mix them with token ids or
+ * Mooncake lines in one trace.
  *
  * Every number is read whole (`"12abc"` is rejected); arrivals are finite in [0, `max_arrival_s`);
  * token counts are whole numbers in [1, `max_request_tokens`]; with token ids the prompt is exactly
@@ -392,14 +436,35 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
                    "replay: ", path, ":", line_no, ": page id ", x, " does not fit 32 bits");
     return static_cast<std::int32_t>(x);
   };
+  // Token ids to page ids: each whole page is keyed by its parent page's id and its exact tokens,
+  // and keys get dense ids in order of first appearance, so equal prefixes get equal ids and
+  // different prefixes never share one (no hash is truncated: the key is the content itself).
+  detail::chained_page_ids chain;
   auto hash_pages = [&](std::vector<std::int64_t> const& tokens) {
     page_ids out;
-    std::uint64_t h = 0xcbf29ce484222325ull;
+    std::int32_t parent = 0;
     for (std::size_t p = 0; (p + 1) * std::size_t(page_tokens) <= tokens.size(); ++p) {
-      for (std::size_t k = p * std::size_t(page_tokens); k < (p + 1) * std::size_t(page_tokens); ++k) {
-        h = (h ^ std::uint64_t(tokens[k])) * 0x100000001b3ull;
-      }
-      out.push_back(static_cast<std::int32_t>((h >> 33) | 1));  // chained: equal prefixes, equal ids
+      parent = chain.child(parent, std::span{tokens}.subspan(p * std::size_t(page_tokens), std::size_t(page_tokens)));
+      out.push_back(parent);
+    }
+    return out;
+  };
+  // Mooncake blocks to page ids: block b of `mooncake_block_tokens` tokens becomes that many
+  // tokens' worth of pages, each keyed by its parent page and (block id, position in the block),
+  // so equal leading blocks give equal pages; whole pages of `prompt` only (a partial last block
+  // gives its whole pages); pages beyond the blocks given are the request's own content.
+  auto block_pages = [&](std::vector<std::int64_t> const& blocks, std::int64_t prompt) {
+    STRATA_EXPECTS(mooncake_block_tokens % page_tokens == 0, "replay: ", path, ":", line_no, ": ", page_tokens,
+                   "-token pages do not divide Mooncake's ", mooncake_block_tokens, "-token blocks");
+    std::int64_t const per_block = mooncake_block_tokens / page_tokens;
+    page_ids out;
+    std::int32_t parent = 0;
+    for (std::int64_t p = 0; p < prompt / page_tokens; ++p) {
+      std::size_t const b = std::size_t(p / per_block);
+      std::array<std::int64_t, 3> const key{b < blocks.size() ? 0 : -1, b < blocks.size() ? blocks[b] : line_no,
+                                            p % per_block};
+      parent = chain.child(parent, key, 'b');
+      out.push_back(parent);
     }
     return out;
   };
@@ -423,13 +488,24 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
           return true;
         };
         double v = 0;
-        STRATA_EXPECTS(number_after("arrival", v), "replay: ", path, ":", line_no, ": no \"arrival\"");
-        r.arrival_s = v;
-        STRATA_EXPECTS(number_after("output_tokens", v), "replay: ", path, ":", line_no, ": no \"output_tokens\"");
-        r.output_tokens = token_count(v, "output_tokens");
-        if (number_after("prompt_tokens", v)) { prompt = token_count(v, "prompt_tokens"); }
-        bool const pages = line.find("\"pages\"") != std::string::npos;
-        auto const k = line.find(pages ? "\"pages\"" : "\"tokens\"");
+        // Mooncake's format: timestamp in ms, input/output lengths, one hash id per block.
+        bool const mooncake = line.find("\"hash_ids\"") != std::string::npos;
+        if (mooncake) {
+          STRATA_EXPECTS(number_after("timestamp", v), "replay: ", path, ":", line_no, ": no \"timestamp\"");
+          r.arrival_s = v / 1000;
+          STRATA_EXPECTS(number_after("output_length", v), "replay: ", path, ":", line_no, ": no \"output_length\"");
+          r.output_tokens = token_count(v, "output_length");
+          STRATA_EXPECTS(number_after("input_length", v), "replay: ", path, ":", line_no, ": no \"input_length\"");
+          prompt = token_count(v, "input_length");
+        } else {
+          STRATA_EXPECTS(number_after("arrival", v), "replay: ", path, ":", line_no, ": no \"arrival\"");
+          r.arrival_s = v;
+          STRATA_EXPECTS(number_after("output_tokens", v), "replay: ", path, ":", line_no, ": no \"output_tokens\"");
+          r.output_tokens = token_count(v, "output_tokens");
+          if (number_after("prompt_tokens", v)) { prompt = token_count(v, "prompt_tokens"); }
+        }
+        bool const pages = !mooncake && line.find("\"pages\"") != std::string::npos;
+        auto const k = line.find(mooncake ? "\"hash_ids\"" : pages ? "\"pages\"" : "\"tokens\"");
         STRATA_EXPECTS(k != std::string::npos, "replay: ", path, ":", line_no, ": no \"tokens\" or \"pages\"");
         auto const open = line.find('[', k), close = line.find(']', k);
         STRATA_EXPECTS(open != std::string::npos && close != std::string::npos, "replay: ", path, ":", line_no,
@@ -440,7 +516,10 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
           STRATA_EXPECTS(std::int64_t(ids.size()) <= max_request_tokens, "replay: ", path, ":", line_no, ": more than ",
                          max_request_tokens, " ids");
         }
-        if (pages) {
+        if (mooncake) {
+          r.own = block_pages(ids, prompt);
+          r.prompt_tokens = prompt;
+        } else if (pages) {
           for (auto x : ids) {
             r.own.push_back(page_id(x));
           }
@@ -487,6 +566,29 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
   STRATA_EXPECTS(!w.requests.empty(), "replay: ", path, " holds no requests");
   detail::finish(w);
   return w;
+}
+
+/**
+ * @brief Multiplies every arrival and think time of `w` by `factor` (> 1: a lighter load, < 1: a
+ *        heavier one), the way a replayed trace is set to a load.
+ * @throw strata::invalid_argument for a factor that is not finite and positive
+ */
+inline void scale_time(workload& w, double factor)
+{
+  STRATA_EXPECTS(std::isfinite(factor) && factor > 0, "scale_time: factor must be finite and positive, got ", factor);
+  for (auto& r : w.requests) {
+    r.arrival_s *= factor;
+    r.think_s *= factor;
+  }
+}
+
+/// @brief Requests per second of a workload's arrivals: requests over the span from the first to
+///        the last arrival (0 for fewer than two requests or one instant).
+inline double arrival_rate(workload const& w)
+{
+  if (w.requests.size() < 2) { return 0; }
+  double const span = w.requests.back().arrival_s - w.requests.front().arrival_s;
+  return span > 0 ? double(w.requests.size() - 1) / span : 0;
 }
 
 }  // namespace strata::sim
