@@ -42,8 +42,14 @@ for step in $steps; do
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       done
       ;;
-    bench-quick) ./build-gpu/benchmarks/gpu/bench_transfer --quick 2>&1 | tee "$out/bench_transfer.md" | tail -n 60 ;;
-    bench) ./build-gpu/benchmarks/gpu/bench_transfer 2>&1 | tee "$out/bench_transfer.md" | tail -n 80 ;;
+    bench-quick)  # exits 1 if a repetition moved wrong bytes
+      ./build-gpu/benchmarks/gpu/bench_transfer --quick 2>&1 | tee "$out/bench_transfer.md" | tail -n 60
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      ;;
+    bench)
+      ./build-gpu/benchmarks/gpu/bench_transfer 2>&1 | tee "$out/bench_transfer.md" | tail -n 80
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      ;;
     probe) ./build-gpu/benchmarks/gpu/bench_copy_probe 2>&1 | tee "$out/bench_copy_probe.md" ;;
     interference) ./build-gpu/benchmarks/gpu/bench_interference 2>&1 | tee "$out/bench_interference.md" | tail -n 80 ;;
     *) echo "unknown step $step" >&2; rc=2 ;;
