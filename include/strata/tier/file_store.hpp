@@ -1,0 +1,965 @@
+/**
+ * @file tier/file_store.hpp
+ * @brief The file tier: one checksummed page-first record per page in preallocated files, read and
+ *        written by a small pool of I/O threads (`preadv`/`pwritev`, `O_DIRECT` where the file
+ *        system allows), rebuilt from the records' headers on restart, never serving wrong bytes.
+ *
+ * Host-only (Linux/POSIX). The format, the recovery and the fault model are in docs/file_tier.md.
+ */
+#pragma once
+
+#include <strata/error.hpp>
+#include <strata/geometry.hpp>
+#include <strata/tier/detail/crc32c.hpp>
+#include <strata/tier/tier.hpp>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <climits>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace strata {
+
+/// @brief A file-tier operation failed in a way the caller must hear about (files that cannot be
+///        created, opened, locked or preallocated — a full disk among them).
+class file_store_error : public error {
+ public:
+  using error::error;
+};
+
+/**
+ * @brief The system calls a `file_store` makes, as function pointers over a context, so that tests
+ *        inject faults (EIO, ENOSPC, short and torn transfers) and other back ends plug in.
+ *
+ * `preadv` / `pwritev` follow POSIX: bytes moved, or -1 with `errno` set; a short count is legal
+ * and the store continues from where it stopped. `allocate` follows `posix_fallocate`: 0 or an
+ * error number. `sync` follows `fdatasync`.
+ */
+struct io_backend {
+  void* context{};  ///< passed as the first argument of every call
+  /// @brief Reads into `iov` at `offset`.
+  ssize_t (*preadv)(void* context, int fd, iovec const* iov, int iovcnt, off_t offset){
+      [](void*, int fd, iovec const* iov, int iovcnt, off_t offset) { return ::preadv(fd, iov, iovcnt, offset); }};
+  /// @brief Writes `iov` at `offset`.
+  ssize_t (*pwritev)(void* context, int fd, iovec const* iov, int iovcnt, off_t offset){
+      [](void*, int fd, iovec const* iov, int iovcnt, off_t offset) { return ::pwritev(fd, iov, iovcnt, offset); }};
+  /// @brief Reserves `[offset, offset + length)` of the file (extending it with zeros).
+  int (*allocate)(void* context, int fd, off_t offset, off_t length){
+      [](void*, int fd, off_t offset, off_t length) { return ::posix_fallocate(fd, offset, length); }};
+  /// @brief Makes written data durable.
+  int (*sync)(void* context, int fd){[](void*, int fd) { return ::fdatasync(fd); }};
+};
+
+/// @brief How a `file_store` lays out and reaches its files.
+struct file_store_options {
+  std::string directory;         ///< where the files live (created if missing)
+  int files = 1;                 ///< files the records are spread over (contiguous slot ranges)
+  int tp_rank = 0;               ///< tensor-parallel rank of this store (part of the file names and hash)
+  int tp_size = 1;               ///< tensor-parallel ranks
+  std::string tag;               ///< model and dtype, e.g. "Llama-3.1-8B/bf16": records of another tag are dropped
+  bool use_direct_io = true;     ///< `O_DIRECT` where the file system accepts it
+  int io_threads = 4;            ///< I/O threads; each moves one run of adjacent records at a time
+  bool reopen = false;           ///< keep existing files and recover their intact records
+  bool verify_on_reopen = true;  ///< on reopen, check every payload's checksum too (else headers only)
+  bool sync_writes = false;      ///< `fdatasync` after every write run (survives power loss, not just crashes)
+  std::int64_t max_io_bytes = std::int64_t{16} << 20;  ///< largest merged transfer
+  io_backend io{};                                     ///< system calls (tests inject faults here)
+};
+
+/// @brief An intact record found when reopening a store: its slot and content key.
+struct recovered_record {
+  std::int64_t slot;  ///< record slot (allocated in `slots()`)
+  std::uint64_t key;  ///< content key it was written with
+  friend constexpr bool operator==(recovered_record const&, recovered_record const&) = default;
+};
+
+/// @brief An asynchronous read or write in flight (`file_store::submit_read` / `submit_write`).
+struct io_ticket {
+  std::uint64_t id{};  ///< 0 is never issued
+};
+
+/// @brief State of an asynchronous operation.
+enum class io_status {
+  pending,    ///< still moving
+  succeeded,  ///< every record moved intact
+  failed      ///< at least one record did not (see `file_store::last_error()`)
+};
+
+namespace detail {
+
+/// @brief The on-disk header of a record: the first 64 bytes of a zero-padded 4 KiB block.
+struct file_record_header {
+  std::uint64_t magic;          ///< `file_record_magic`
+  std::uint32_t version;        ///< `file_format_version`
+  std::uint32_t header_bytes;   ///< 4096
+  std::uint64_t geometry_hash;  ///< `file_store::geometry_hash()` of the writer
+  std::uint64_t key;            ///< content key of the page
+  std::uint64_t payload_bytes;  ///< `page_bytes()` of the writer
+  std::uint64_t sequence;       ///< store-wide write counter: tells a record from an older one in its slot
+  std::uint64_t slot;           ///< the slot it was written to (catches misplaced bytes)
+  std::uint32_t payload_crc;    ///< CRC-32C of the payload
+  std::uint32_t header_crc;     ///< CRC-32C of the whole 4 KiB header block with this field zero
+};
+static_assert(sizeof(file_record_header) == 64);
+static_assert(std::endian::native == std::endian::little, "file_store's format is little-endian");
+
+inline constexpr std::uint64_t file_record_magic = 0x31564b4154525453ULL;  // "STRATKV1"
+inline constexpr std::uint32_t file_format_version = 1;
+inline constexpr std::int64_t file_header_bytes = 4096;
+inline constexpr std::int64_t file_alignment = 4096;
+
+/// @brief CRC-32C of a 4 KiB header block, taking its `header_crc` field as zero.
+[[nodiscard]] inline std::uint32_t file_header_crc(std::byte const* block) noexcept
+{
+  constexpr std::size_t field = offsetof(file_record_header, header_crc);
+  std::uint32_t const zero = 0;
+  std::uint32_t c = crc32c(0, block, field);
+  c = crc32c(c, &zero, sizeof zero);
+  return crc32c(c, block + field + sizeof zero, static_cast<std::size_t>(file_header_bytes) - field - sizeof zero);
+}
+
+[[nodiscard]] constexpr std::int64_t round_up(std::int64_t v, std::int64_t a) noexcept { return (v + a - 1) / a * a; }
+
+/// @brief 64-bit FNV-1a, for the geometry hash.
+struct fnv1a {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  void bytes(void const* p, std::size_t n) noexcept
+  {
+    auto const* b = static_cast<unsigned char const*>(p);
+    for (std::size_t i = 0; i < n; ++i) {
+      h = (h ^ b[i]) * 0x100000001b3ULL;
+    }
+  }
+  void i64(std::int64_t v) noexcept { bytes(&v, sizeof v); }
+};
+
+/// @brief 4 KiB-aligned memory.
+struct aligned_buffer {
+  struct deleter {
+    void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{file_alignment}); }
+  };
+  std::unique_ptr<std::byte, deleter> p;
+  std::size_t size = 0;
+  void ensure(std::size_t n)
+  {
+    if (n <= size) { return; }
+    p.reset(static_cast<std::byte*>(::operator new (n, std::align_val_t{file_alignment})));
+    size = n;
+  }
+  [[nodiscard]] std::byte* data() const noexcept { return p.get(); }
+};
+
+/// @brief A file descriptor closed on destruction.
+class unique_fd {
+ public:
+  unique_fd() = default;
+  explicit unique_fd(int fd) noexcept : fd_{fd} {}
+  unique_fd(unique_fd&& o) noexcept : fd_{std::exchange(o.fd_, -1)} {}
+  unique_fd& operator=(unique_fd&& o) noexcept
+  {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  unique_fd(unique_fd const&) = delete;
+  unique_fd& operator=(unique_fd const&) = delete;
+  ~unique_fd() { reset(); }
+  void reset() noexcept
+  {
+    if (fd_ >= 0) { ::close(fd_); }
+    fd_ = -1;
+  }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+/// @brief `strerror` with the symbolic name of the common I/O errors.
+[[nodiscard]] inline std::string errno_text(int e)
+{
+  char const* name = e == EIO ? "EIO" : e == ENOSPC ? "ENOSPC" : e == EINVAL ? "EINVAL" : e == ENODATA ? "ENODATA" : "";
+  return detail::concat(std::strerror(e), *name ? " (" : "", name, *name ? ")" : "");
+}
+
+/**
+ * @brief Moves every byte of `iov` at `offset` through `io`, continuing after short transfers.
+ * @return 0, or the error number (`ENODATA` when a read reaches the end of the file)
+ */
+inline int transfer_all(io_backend const& io, bool write, int fd, iovec* iov, int iovcnt, off_t offset) noexcept
+{
+  int stalls = 0;
+  while (iovcnt > 0) {
+    ssize_t const r = write ? io.pwritev(io.context, fd, iov, std::min(iovcnt, IOV_MAX), offset)
+                            : io.preadv(io.context, fd, iov, std::min(iovcnt, IOV_MAX), offset);
+    if (r < 0) {
+      if (errno == EINTR && ++stalls < 64) { continue; }
+      return errno != 0 ? errno : EIO;
+    }
+    if (r == 0) {
+      if (++stalls >= 4) { return write ? EIO : ENODATA; }
+      continue;
+    }
+    offset += r;
+    auto left = static_cast<std::size_t>(r);
+    while (iovcnt > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<std::byte*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return 0;
+}
+
+/// @brief Worker threads taking jobs `f(worker_index)` in order.
+class io_thread_pool {
+ public:
+  explicit io_thread_pool(int threads)
+  {
+    for (int i = 0; i < threads; ++i) {
+      threads_.emplace_back([this, i] { run(i); });
+    }
+  }
+  io_thread_pool(io_thread_pool const&) = delete;
+  io_thread_pool& operator=(io_thread_pool const&) = delete;
+  ~io_thread_pool()
+  {
+    {
+      std::lock_guard lock{mutex_};
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) {
+      t.join();
+    }
+  }
+  void post(std::function<void(int)> job)
+  {
+    {
+      std::lock_guard lock{mutex_};
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(threads_.size()); }
+
+ private:
+  void run(int worker)
+  {
+    for (;;) {
+      std::function<void(int)> job;
+      {
+        std::unique_lock lock{mutex_};
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) { return; }  // stopping, and every job ran
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job(worker);
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void(int)>> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace detail
+
+/**
+ * @brief The file tier: `capacity()` page records on local disk, a `record_store`.
+ *
+ * Slot `s` lives in file `s / slots_per_file()` at offset `(s % slots_per_file()) * record_bytes()`:
+ * a 4 KiB header (magic, format version, geometry hash, content key, payload length, sequence
+ * number, slot, CRC-32C of the payload and of the header) followed by the page-first payload,
+ * padded to 4 KiB so that every transfer stays `O_DIRECT`-aligned. Runs of adjacent slots move in
+ * one `preadv`/`pwritev` of up to `max_io_bytes`; runs go to `io_threads` threads in parallel.
+ *
+ * What a read returns true for is exactly what the last successful write to those slots stored:
+ * every record's header, payload checksum, key and sequence number are checked against the
+ * store's index; any mismatch, I/O error or short file fails the batch. A failed write leaves its
+ * slots holding no record (reads fail until they are rewritten). Reopening the files
+ * (`file_store::open`, or `reopen = true`) recovers every intact record into `recovered()` and marks
+ * its slot allocated; torn, corrupt, misplaced and foreign records are dropped.
+ *
+ * Thread safety: one owner calls the store (as for `slot_allocator`); the I/O threads are internal.
+ * Files are locked (`flock`) against a second store on the same files.
+ */
+class file_store {
+ public:
+  static constexpr tier kind = tier::file;  ///< the tier it serves
+
+  /**
+   * @brief Creates (or, with `options.reopen`, reopens) the store's files.
+   * @param geometry shape of the cache on this rank
+   * @param pages records the store holds
+   * @param options directory, file count, TP rank and size, tag, I/O settings
+   * @throw strata::invalid_argument for an invalid geometry, page count or option, or a size that
+   *        overflows 64 bits
+   * @throw strata::file_store_error when a file cannot be created, opened, locked or preallocated
+   *        (a full disk says "no space"); nothing is left open then
+   */
+  file_store(kv_geometry const& geometry, std::int64_t pages, file_store_options options)
+      : geometry_{(geometry.validate(), geometry)}, slots_{pages}, options_{std::move(options)}
+  {
+    STRATA_EXPECTS(options_.files > 0 && options_.files <= pages, "file_store: files must be in [1, pages=", pages,
+                   "], got ", options_.files);
+    STRATA_EXPECTS(options_.tp_size > 0 && options_.tp_rank >= 0 && options_.tp_rank < options_.tp_size,
+                   "file_store: tp_rank=", options_.tp_rank, " is not in [0, tp_size=", options_.tp_size, ")");
+    STRATA_EXPECTS(options_.io_threads > 0 && options_.io_threads <= 256,
+                   "file_store: io_threads must be in [1, 256], got ", options_.io_threads);
+    STRATA_EXPECTS(!options_.directory.empty(), "file_store: directory must not be empty");
+    STRATA_EXPECTS(options_.max_io_bytes > 0, "file_store: max_io_bytes must be positive, got ", options_.max_io_bytes);
+    STRATA_EXPECTS(options_.io.preadv && options_.io.pwritev && options_.io.allocate && options_.io.sync,
+                   "file_store: io_backend has a null function");
+    page_bytes_ = geometry_.page_bytes();
+    STRATA_EXPECTS(page_bytes_ <= (std::int64_t{1} << 40), "file_store: page_bytes ", page_bytes_, " is too large");
+    record_bytes_ = detail::file_header_bytes + detail::round_up(page_bytes_, detail::file_alignment);
+    slots_per_file_ = (pages + options_.files - 1) / options_.files;
+    STRATA_EXPECTS(detail::checked_mul(slots_per_file_, record_bytes_).has_value(), "file_store: ", slots_per_file_,
+                   " records of ", record_bytes_, " bytes overflow a file");
+    runs_max_ = std::max<std::int64_t>(1, std::min<std::int64_t>(IOV_MAX / 3, options_.max_io_bytes / record_bytes_));
+    geometry_hash_ = compute_geometry_hash();
+    index_.assign(static_cast<std::size_t>(pages), slot_state{});
+    open_files();
+    worker_buffers_.resize(static_cast<std::size_t>(options_.io_threads));
+    pool_ = std::make_unique<detail::io_thread_pool>(options_.io_threads);
+    if (options_.reopen) { recover(); }
+  }
+
+  /**
+   * @brief Reopens a store's existing files (creating missing ones) and recovers their intact records.
+   * @throw as the constructor
+   */
+  [[nodiscard]] static file_store open(kv_geometry const& geometry, std::int64_t pages, file_store_options options)
+  {
+    options.reopen = true;
+    return file_store{geometry, pages, std::move(options)};
+  }
+
+  file_store(file_store const&) = delete;
+  file_store& operator=(file_store const&) = delete;
+  file_store(file_store&&) = delete;
+  file_store& operator=(file_store&&) = delete;
+
+  /// @brief Waits for every operation in flight, then closes the files.
+  ~file_store() { pool_.reset(); }
+
+  /// @brief Shape of the cache.
+  [[nodiscard]] kv_geometry geometry() const noexcept { return geometry_; }
+  /// @brief Records in the store.
+  [[nodiscard]] std::int64_t capacity() const noexcept { return slots_.capacity(); }
+  /// @brief The record slots (allocated by the prefix index).
+  [[nodiscard]] slot_allocator& slots() noexcept { return slots_; }
+  /// @brief The record slots.
+  [[nodiscard]] slot_allocator const& slots() const noexcept { return slots_; }
+  /// @brief Bytes a record takes on disk: 4 KiB of header and the payload rounded up to 4 KiB.
+  [[nodiscard]] std::int64_t record_bytes() const noexcept { return record_bytes_; }
+  /// @brief Records per file (the last file may hold fewer).
+  [[nodiscard]] std::int64_t slots_per_file() const noexcept { return slots_per_file_; }
+  /// @brief Whether the files are open with `O_DIRECT`.
+  [[nodiscard]] bool direct_io() const noexcept { return direct_; }
+  /// @brief Hash of everything a record must agree on: format, geometry, TP rank and size, tag.
+  [[nodiscard]] std::uint64_t geometry_hash() const noexcept { return geometry_hash_; }
+  /// @brief Paths of the files, in slot order.
+  [[nodiscard]] std::vector<std::string> const& paths() const noexcept { return paths_; }
+  /// @brief Intact records found when the store was reopened, in slot order.
+  [[nodiscard]] std::span<recovered_record const> recovered() const noexcept { return recovered_; }
+  /// @brief Records dropped when the store was reopened (corrupt, torn, foreign or unreadable).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return dropped_; }
+  /// @brief What went wrong in the last failed operation ("" when none failed yet).
+  [[nodiscard]] std::string const& last_error() const noexcept { return last_error_; }
+
+  /// @brief The key of the record slot `slot` holds, or nothing (never written, or its write failed).
+  [[nodiscard]] std::optional<std::uint64_t> key(std::int64_t slot) const
+  {
+    STRATA_EXPECTS(slot >= 0 && slot < capacity(), "file_store: slot ", slot, " out of range [0, ", capacity(), ")");
+    auto const& s = index_[static_cast<std::size_t>(slot)];
+    return s.valid ? std::optional{s.key} : std::nullopt;
+  }
+
+  /**
+   * @brief Stores one record per slot, with content key 0.
+   * @return whether every record was written; on false the batch's slots hold no record
+   * @throw strata::invalid_argument as `submit_write`
+   */
+  [[nodiscard]] bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources)
+  {
+    return wait(submit_write(slots, sources, {}));
+  }
+
+  /**
+   * @brief Stores one record per slot with its page's content key (a hash chained over the prefix).
+   * @return whether every record was written; on false the batch's slots hold no record
+   * @throw strata::invalid_argument as `submit_write`
+   */
+  [[nodiscard]] bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
+                           std::span<std::uint64_t const> keys)
+  {
+    return wait(submit_write(slots, sources, keys));
+  }
+
+  /**
+   * @brief Fetches one record per slot into `records` (`page_bytes()` each).
+   * @return whether every record arrived intact; on false the destination bytes are unspecified
+   *         and must not be used (a miss: the engine recomputes)
+   * @throw strata::invalid_argument as `submit_read`
+   */
+  [[nodiscard]] bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records)
+  {
+    return wait(submit_read(slots, records, {}));
+  }
+
+  /**
+   * @brief As `read`, and also fails unless each record's key is `expected_keys[i]`.
+   */
+  [[nodiscard]] bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+                          std::span<std::uint64_t const> expected_keys)
+  {
+    return wait(submit_read(slots, records, expected_keys));
+  }
+
+  /**
+   * @brief Starts writing one record per slot; `sources` must stay valid until the ticket completes.
+   *        The slots hold no record until then (a read of them fails).
+   * @param keys content keys, one per slot, or empty for key 0
+   * @throw strata::invalid_argument for a size mismatch, a null source, a slot out of range, not
+   *        allocated, listed twice or with an operation in flight; nothing is written then
+   */
+  [[nodiscard]] io_ticket submit_write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
+                                       std::span<std::uint64_t const> keys)
+  {
+    validate(slots, sources.size(), keys.size(), "write");
+    for (auto const* p : sources) {
+      STRATA_EXPECTS(p != nullptr, "file_store: write: null source");
+    }
+    auto b = std::make_shared<batch>();
+    b->write = true;
+    b->items.resize(slots.size());
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      auto& it = b->items[i];
+      it.slot = slots[i];
+      it.src = sources[i];
+      it.key = keys.empty() ? 0 : keys[i];
+      it.sequence = next_sequence_++;
+      auto& s = index_[static_cast<std::size_t>(it.slot)];
+      s.valid = false;  // its content is unknown until the write completes
+    }
+    return launch(std::move(b));
+  }
+
+  /**
+   * @brief Starts reading one record per slot; `records` must stay valid until the ticket completes.
+   * @param expected_keys the key each record must carry, or empty to accept the key it was written with
+   * @throw strata::invalid_argument as `submit_write`, or for a null destination
+   */
+  [[nodiscard]] io_ticket submit_read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+                                      std::span<std::uint64_t const> expected_keys)
+  {
+    validate(slots, records.size(), expected_keys.size(), "read");
+    for (auto* p : records) {
+      STRATA_EXPECTS(p != nullptr, "file_store: read: null destination");
+    }
+    auto b = std::make_shared<batch>();
+    b->items.resize(slots.size());
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      auto& it = b->items[i];
+      auto const& s = index_[static_cast<std::size_t>(slots[i])];
+      it.slot = slots[i];
+      it.dst = records[i];
+      it.key = s.key;
+      it.sequence = s.sequence;
+      if (!s.valid) {
+        b->fail(detail::concat("file_store: slot ", it.slot, " holds no record"));
+      } else if (!expected_keys.empty() && expected_keys[i] != s.key) {
+        b->fail(detail::concat("file_store: slot ", it.slot, " holds key ", s.key, ", not the expected ",
+                               expected_keys[i]));
+      }
+    }
+    if (b->failed.load()) {  // no I/O for a batch that cannot succeed
+      auto const id = next_ticket_++;
+      tickets_.emplace(id, std::move(b));
+      return io_ticket{id};
+    }
+    return launch(std::move(b));
+  }
+
+  /**
+   * @brief Whether an operation is done; a completed ticket is consumed (a write's slots then hold
+   *        their records, or none on failure).
+   * @throw strata::invalid_argument for an unknown or consumed ticket
+   */
+  [[nodiscard]] io_status poll(io_ticket t)
+  {
+    auto it = find(t);
+    if (it->second->remaining.load() > 0) { return io_status::pending; }
+    return finish(it) ? io_status::succeeded : io_status::failed;
+  }
+
+  /**
+   * @brief Waits for an operation and consumes its ticket.
+   * @return whether every record moved intact
+   * @throw strata::invalid_argument for an unknown or consumed ticket
+   */
+  [[nodiscard]] bool wait(io_ticket t)
+  {
+    auto it = find(t);
+    {
+      std::unique_lock lock{done_mutex_};
+      done_cv_.wait(lock, [&] { return it->second->remaining.load() == 0; });
+    }
+    return finish(it);
+  }
+
+ private:
+  struct slot_state {
+    std::uint64_t key = 0;
+    std::uint64_t sequence = 0;
+    bool valid = false;
+    bool busy = false;  // a write or read in flight
+  };
+  struct item {
+    std::int64_t slot = 0;
+    std::byte const* src = nullptr;
+    std::byte* dst = nullptr;
+    std::uint64_t key = 0;
+    std::uint64_t sequence = 0;
+  };
+  struct batch {
+    bool write = false;
+    std::vector<item> items;
+    std::atomic<int> remaining{0};
+    std::atomic<bool> failed{false};
+    std::mutex error_mutex;
+    std::string error;
+    void fail(std::string message)
+    {
+      std::lock_guard lock{error_mutex};
+      if (!failed.exchange(true)) { error = std::move(message); }
+    }
+  };
+  struct worker_buffers {
+    detail::aligned_buffer headers, staging, pad;
+  };
+
+  [[nodiscard]] std::uint64_t compute_geometry_hash() const noexcept
+  {
+    detail::fnv1a h;
+    h.i64(detail::file_format_version);
+    for (auto v :
+         {geometry_.layers, geometry_.page_tokens, geometry_.kv_heads, geometry_.head_dim, geometry_.elem_bytes,
+          geometry_.planes, std::int64_t{options_.tp_rank}, std::int64_t{options_.tp_size}, record_bytes_}) {
+      h.i64(v);
+    }
+    h.bytes(options_.tag.data(), options_.tag.size());
+    return h.h;
+  }
+
+  void validate(std::span<std::int64_t const> slots, std::size_t buffers, std::size_t keys, char const* what) const
+  {
+    STRATA_EXPECTS(buffers == slots.size(), "file_store: ", what, ": ", slots.size(), " slots but ", buffers,
+                   " buffers");
+    STRATA_EXPECTS(keys == 0 || keys == slots.size(), "file_store: ", what, ": ", slots.size(), " slots but ", keys,
+                   " keys");
+    std::vector<std::int64_t> sorted(slots.begin(), slots.end());
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+      auto const s = sorted[i];
+      STRATA_EXPECTS(s >= 0 && s < capacity(), "file_store: ", what, ": slot ", s, " out of range [0, ", capacity(),
+                     ")");
+      STRATA_EXPECTS(slots_.is_allocated(s), "file_store: ", what, ": slot ", s, " is not allocated");
+      STRATA_EXPECTS(i == 0 || sorted[i - 1] != s, "file_store: ", what, ": slot ", s, " is listed twice");
+      STRATA_EXPECTS(!index_[static_cast<std::size_t>(s)].busy, "file_store: ", what, ": slot ", s,
+                     " has an operation in flight");
+    }
+  }
+
+  void open_files()
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.directory, ec);
+    STRATA_EXPECTS_AS(file_store_error, !ec, "file_store: cannot create directory ", options_.directory, ": ",
+                      ec.message());
+    direct_ = options_.use_direct_io;
+    for (int f = 0; f < options_.files; ++f) {
+      auto const path = (std::filesystem::path{options_.directory} /
+                         detail::concat("strata-kv.rank", options_.tp_rank, ".", f, ".dat"))
+                            .string();
+      int flags = O_RDWR | O_CREAT | O_CLOEXEC;
+      int fd = direct_ ? ::open(path.c_str(), flags | O_DIRECT, 0644) : -1;
+      if (fd < 0) {
+        direct_ = false;  // the file system refuses O_DIRECT (tmpfs): buffered I/O for every file
+        fd = ::open(path.c_str(), flags, 0644);
+      }
+      STRATA_EXPECTS_AS(file_store_error, fd >= 0, "file_store: cannot open ", path, ": ", detail::errno_text(errno));
+      detail::unique_fd file{fd};
+      STRATA_EXPECTS_AS(file_store_error, ::flock(fd, LOCK_EX | LOCK_NB) == 0, "file_store: ", path,
+                        " is in use by another store (flock: ", detail::errno_text(errno), ")");
+      std::int64_t const slots_here = std::min(slots_per_file_, capacity() - f * slots_per_file_);
+      auto const bytes = static_cast<off_t>(slots_here * record_bytes_);
+      if (!options_.reopen) {
+        STRATA_EXPECTS_AS(file_store_error, ::ftruncate(fd, 0) == 0, "file_store: cannot truncate ", path, ": ",
+                          detail::errno_text(errno));
+      }
+      int const e = options_.io.allocate(options_.io.context, fd, 0, bytes);
+      STRATA_EXPECTS_AS(file_store_error, e == 0, "file_store: cannot preallocate ", bytes, " bytes for ", path, ": ",
+                        e == ENOSPC ? "no space left on the device" : "", e == ENOSPC ? "" : detail::errno_text(e));
+      files_.push_back(std::move(file));
+      paths_.push_back(path);
+    }
+    if (!direct_) {  // a later file refused O_DIRECT: reopen the earlier ones buffered, so that all agree
+      for (std::size_t f = 0; f < files_.size(); ++f) {
+        int const flags = ::fcntl(files_[f].get(), F_GETFL);
+        if (flags >= 0 && (flags & O_DIRECT)) { (void)::fcntl(files_[f].get(), F_SETFL, flags & ~O_DIRECT); }
+      }
+    }
+  }
+
+  /// Location of slot `s`.
+  [[nodiscard]] std::pair<int, off_t> where(std::int64_t s) const noexcept
+  {
+    auto const f = s / slots_per_file_;
+    return {files_[static_cast<std::size_t>(f)].get(), static_cast<off_t>((s - f * slots_per_file_) * record_bytes_)};
+  }
+
+  /// Checks a header block against what the slot must hold; returns the reason it fails, or nullptr.
+  [[nodiscard]] char const* check_header(std::byte const* block, std::int64_t slot,
+                                         detail::file_record_header& h) const noexcept
+  {
+    std::memcpy(&h, block, sizeof h);
+    if (h.magic != detail::file_record_magic) { return "bad magic (no record, or overwritten)"; }
+    if (h.version != detail::file_format_version) { return "another format version"; }
+    if (h.header_bytes != detail::file_header_bytes) { return "bad header size"; }
+    if (detail::file_header_crc(block) != h.header_crc) { return "header checksum mismatch"; }
+    if (h.geometry_hash != geometry_hash_) { return "another geometry, tag or tensor-parallel rank"; }
+    if (h.payload_bytes != static_cast<std::uint64_t>(page_bytes_)) { return "bad payload length"; }
+    if (h.slot != static_cast<std::uint64_t>(slot)) { return "record of another slot"; }
+    return nullptr;
+  }
+
+  void fill_header(std::byte* block, item const& it, std::uint32_t payload_crc) const noexcept
+  {
+    std::memset(block, 0, static_cast<std::size_t>(detail::file_header_bytes));
+    detail::file_record_header h{};
+    h.magic = detail::file_record_magic;
+    h.version = detail::file_format_version;
+    h.header_bytes = static_cast<std::uint32_t>(detail::file_header_bytes);
+    h.geometry_hash = geometry_hash_;
+    h.key = it.key;
+    h.payload_bytes = static_cast<std::uint64_t>(page_bytes_);
+    h.sequence = it.sequence;
+    h.slot = static_cast<std::uint64_t>(it.slot);
+    h.payload_crc = payload_crc;
+    std::memcpy(block, &h, sizeof h);
+    h.header_crc = detail::file_header_crc(block);
+    std::memcpy(block, &h, sizeof h);
+  }
+
+  [[nodiscard]] io_ticket launch(std::shared_ptr<batch> b)
+  {
+    // Runs of adjacent slots in one file, at most runs_max_ records each.
+    std::vector<std::size_t> order(b->items.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::sort(order.begin(), order.end(), [&](auto x, auto y) { return b->items[x].slot < b->items[y].slot; });
+    std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first, last) into `order`
+    for (std::size_t i = 0; i < order.size();) {
+      std::size_t j = i + 1;
+      auto const file = b->items[order[i]].slot / slots_per_file_;
+      while (j < order.size() && j - i < static_cast<std::size_t>(runs_max_) &&
+             b->items[order[j]].slot == b->items[order[j - 1]].slot + 1 &&
+             b->items[order[j]].slot / slots_per_file_ == file) {
+        ++j;
+      }
+      runs.emplace_back(i, j);
+      i = j;
+    }
+    for (auto const& it : b->items) {
+      index_[static_cast<std::size_t>(it.slot)].busy = true;
+    }
+    auto const id = next_ticket_++;
+    tickets_.emplace(id, b);
+    b->remaining.store(static_cast<int>(runs.size()));
+    auto shared_order = std::make_shared<std::vector<std::size_t> const>(std::move(order));
+    for (auto const& r : runs) {
+      pool_->post([this, b, shared_order, r](int worker) {
+        std::span<std::size_t const> const run{shared_order->data() + r.first, r.second - r.first};
+        try {
+          if (b->write) {
+            write_run(*b, run, worker);
+          } else {
+            read_run(*b, run, worker);
+          }
+        } catch (std::exception const& e) {  // allocation failure of a staging buffer
+          b->fail(detail::concat("file_store: ", e.what()));
+        }
+        {
+          std::lock_guard lock{done_mutex_};
+          b->remaining.fetch_sub(1);
+        }
+        done_cv_.notify_all();
+      });
+    }
+    return io_ticket{id};
+  }
+
+  [[nodiscard]] bool aligned_for_direct(void const* p) const noexcept
+  {
+    return !direct_ || (reinterpret_cast<std::uintptr_t>(p) % detail::file_alignment == 0 &&
+                        page_bytes_ % detail::file_alignment == 0);
+  }
+
+  [[nodiscard]] std::string io_failure(char const* what, std::int64_t first_slot, std::size_t n, int e) const
+  {
+    auto const [fd, off] = where(first_slot);
+    (void)fd;
+    return detail::concat("file_store: ", what, " of slots [", first_slot, ", ",
+                          first_slot + static_cast<std::int64_t>(n), ") in ",
+                          paths_[static_cast<std::size_t>(first_slot / slots_per_file_)], " at offset ", off,
+                          " failed: ", e == ENOSPC ? "no space left on the device: " : "", detail::errno_text(e));
+  }
+
+  void write_run(batch& b, std::span<std::size_t const> run, int worker)
+  {
+    auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
+    auto const n = run.size();
+    auto const pad = static_cast<std::size_t>(record_bytes_ - detail::file_header_bytes - page_bytes_);
+    bool const staged =
+        std::any_of(run.begin(), run.end(), [&](auto i) { return !aligned_for_direct(b.items[i].src); });
+    std::vector<iovec> iov;
+    if (staged) {
+      buf.staging.ensure(n * static_cast<std::size_t>(record_bytes_));
+      for (std::size_t k = 0; k < n; ++k) {
+        auto const& it = b.items[run[k]];
+        auto* rec = buf.staging.data() + k * static_cast<std::size_t>(record_bytes_);
+        std::memcpy(rec + detail::file_header_bytes, it.src, static_cast<std::size_t>(page_bytes_));
+        std::memset(rec + detail::file_header_bytes + page_bytes_, 0, pad);
+        fill_header(rec, it, detail::crc32c(0, rec + detail::file_header_bytes, static_cast<std::size_t>(page_bytes_)));
+      }
+      iov.push_back({buf.staging.data(), n * static_cast<std::size_t>(record_bytes_)});
+    } else {
+      buf.headers.ensure(n * static_cast<std::size_t>(detail::file_header_bytes));
+      buf.pad.ensure(static_cast<std::size_t>(detail::file_alignment));
+      std::memset(buf.pad.data(), 0, static_cast<std::size_t>(detail::file_alignment));
+      for (std::size_t k = 0; k < n; ++k) {
+        auto const& it = b.items[run[k]];
+        auto* h = buf.headers.data() + k * static_cast<std::size_t>(detail::file_header_bytes);
+        fill_header(h, it, detail::crc32c(0, it.src, static_cast<std::size_t>(page_bytes_)));
+        iov.push_back({h, static_cast<std::size_t>(detail::file_header_bytes)});
+        iov.push_back({const_cast<std::byte*>(it.src), static_cast<std::size_t>(page_bytes_)});
+        if (pad > 0) { iov.push_back({buf.pad.data(), pad}); }
+      }
+    }
+    auto const first = b.items[run[0]].slot;
+    auto const [fd, off] = where(first);
+    int e = detail::transfer_all(options_.io, true, fd, iov.data(), static_cast<int>(iov.size()), off);
+    if (e == 0 && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
+    if (e != 0) { b.fail(io_failure("write", first, n, e)); }
+  }
+
+  void read_run(batch& b, std::span<std::size_t const> run, int worker)
+  {
+    auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
+    auto const n = run.size();
+    auto const pad = static_cast<std::size_t>(record_bytes_ - detail::file_header_bytes - page_bytes_);
+    bool const staged =
+        std::any_of(run.begin(), run.end(), [&](auto i) { return !aligned_for_direct(b.items[i].dst); });
+    std::vector<iovec> iov;
+    if (staged) {
+      buf.staging.ensure(n * static_cast<std::size_t>(record_bytes_));
+      iov.push_back({buf.staging.data(), n * static_cast<std::size_t>(record_bytes_)});
+    } else {
+      buf.headers.ensure(n * static_cast<std::size_t>(detail::file_header_bytes));
+      buf.pad.ensure(static_cast<std::size_t>(detail::file_alignment));
+      for (std::size_t k = 0; k < n; ++k) {
+        auto const& it = b.items[run[k]];
+        iov.push_back({buf.headers.data() + k * static_cast<std::size_t>(detail::file_header_bytes),
+                       static_cast<std::size_t>(detail::file_header_bytes)});
+        iov.push_back({it.dst, static_cast<std::size_t>(page_bytes_)});
+        if (pad > 0) { iov.push_back({buf.pad.data(), pad}); }
+      }
+    }
+    auto const first = b.items[run[0]].slot;
+    auto const [fd, off] = where(first);
+    if (int const e = detail::transfer_all(options_.io, false, fd, iov.data(), static_cast<int>(iov.size()), off);
+        e != 0) {
+      b.fail(io_failure("read", first, n, e));
+      return;
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      auto const& it = b.items[run[k]];
+      std::byte const* header = staged ? buf.staging.data() + k * static_cast<std::size_t>(record_bytes_)
+                                       : buf.headers.data() + k * static_cast<std::size_t>(detail::file_header_bytes);
+      std::byte const* payload = staged ? header + detail::file_header_bytes : it.dst;
+      detail::file_record_header h{};
+      char const* why = check_header(header, it.slot, h);
+      if (why == nullptr && (h.key != it.key || h.sequence != it.sequence)) {
+        why = "the record is not the one last written (stale or torn write)";
+      }
+      if (why == nullptr && detail::crc32c(0, payload, static_cast<std::size_t>(page_bytes_)) != h.payload_crc) {
+        why = "payload checksum mismatch";
+      }
+      if (why != nullptr) {
+        b.fail(detail::concat("file_store: read of slot ", it.slot, " in ",
+                              paths_[static_cast<std::size_t>(it.slot / slots_per_file_)], ": ", why));
+        return;
+      }
+      if (staged) { std::memcpy(it.dst, payload, static_cast<std::size_t>(page_bytes_)); }
+    }
+  }
+
+  [[nodiscard]] std::map<std::uint64_t, std::shared_ptr<batch>>::iterator find(io_ticket t)
+  {
+    auto it = tickets_.find(t.id);
+    STRATA_EXPECTS(it != tickets_.end(), "file_store: unknown or consumed ticket ", t.id);
+    return it;
+  }
+
+  bool finish(std::map<std::uint64_t, std::shared_ptr<batch>>::iterator it)
+  {
+    auto const b = std::move(it->second);
+    tickets_.erase(it);
+    bool const ok = !b->failed.load();
+    for (auto const& x : b->items) {
+      auto& s = index_[static_cast<std::size_t>(x.slot)];
+      s.busy = false;
+      if (b->write) {
+        s.valid = ok;
+        s.key = x.key;
+        s.sequence = x.sequence;
+      }
+    }
+    if (!ok) {
+      std::lock_guard lock{b->error_mutex};
+      last_error_ = b->error;
+    }
+    return ok;
+  }
+
+  /// Rebuilds the index from the files: every slot's header (and payload) is checked in parallel.
+  void recover()
+  {
+    std::vector<detail::file_record_header> found(static_cast<std::size_t>(capacity()));
+    std::vector<char> intact(static_cast<std::size_t>(capacity()), 0);
+    std::int64_t const chunk = runs_max_;
+    std::atomic<std::int64_t> remaining{(capacity() + chunk - 1) / chunk};
+    std::mutex m;
+    std::condition_variable cv;
+    std::string first_error;
+    for (std::int64_t first = 0; first < capacity(); first += chunk) {
+      pool_->post([&, first](int worker) {
+        auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
+        buf.staging.ensure(static_cast<std::size_t>(record_bytes_));
+        for (std::int64_t s = first; s < std::min(first + chunk, capacity()); ++s) {
+          auto const [fd, off] = where(s);
+          iovec v{buf.staging.data(),
+                  static_cast<std::size_t>(options_.verify_on_reopen ? record_bytes_ : detail::file_header_bytes)};
+          int const e = detail::transfer_all(options_.io, false, fd, &v, 1, off);
+          detail::file_record_header h{};
+          bool ok = e == 0 && check_header(buf.staging.data(), s, h) == nullptr;
+          if (ok && options_.verify_on_reopen) {
+            ok = detail::crc32c(0, buf.staging.data() + detail::file_header_bytes,
+                                static_cast<std::size_t>(page_bytes_)) == h.payload_crc;
+          }
+          if (e != 0) {
+            std::lock_guard lock{m};
+            if (first_error.empty()) { first_error = io_failure("recovery read", s, 1, e); }
+          }
+          found[static_cast<std::size_t>(s)] = h;
+          intact[static_cast<std::size_t>(s)] = ok ? 1 : 0;
+        }
+        {
+          std::lock_guard lock{m};
+          remaining.fetch_sub(1);
+        }
+        cv.notify_all();
+      });
+    }
+    {
+      std::unique_lock lock{m};
+      cv.wait(lock, [&] { return remaining.load() == 0; });
+    }
+    last_error_ = first_error;
+    // The allocator hands out slots from the back of its free stack: allocate everything, then
+    // release the slots without an intact record (in descending order, so that ascending ids come
+    // out first again).
+    auto all = slots_.allocate(capacity());
+    std::vector<std::int64_t> free_slots;
+    for (std::int64_t s = capacity() - 1; s >= 0; --s) {
+      auto const& h = found[static_cast<std::size_t>(s)];
+      if (intact[static_cast<std::size_t>(s)]) {
+        index_[static_cast<std::size_t>(s)] = slot_state{h.key, h.sequence, true, false};
+        next_sequence_ = std::max(next_sequence_, h.sequence + 1);
+      } else {
+        free_slots.push_back(s);
+      }
+    }
+    if (!free_slots.empty()) { slots_.release(free_slots); }
+    for (std::int64_t s = 0; s < capacity(); ++s) {
+      if (intact[static_cast<std::size_t>(s)]) { recovered_.push_back({s, found[static_cast<std::size_t>(s)].key}); }
+    }
+    dropped_ = 0;
+    for (std::int64_t s = 0; s < capacity(); ++s) {
+      auto const& h = found[static_cast<std::size_t>(s)];
+      if (!intact[static_cast<std::size_t>(s)] && h.magic != 0) { ++dropped_; }  // zeros: never written
+    }
+  }
+
+  kv_geometry geometry_;
+  slot_allocator slots_;
+  file_store_options options_;
+  std::int64_t page_bytes_ = 0;
+  std::int64_t record_bytes_ = 0;
+  std::int64_t slots_per_file_ = 0;
+  std::int64_t runs_max_ = 1;
+  std::uint64_t geometry_hash_ = 0;
+  bool direct_ = false;
+  std::vector<detail::unique_fd> files_;
+  std::vector<std::string> paths_;
+  std::vector<slot_state> index_;
+  std::vector<recovered_record> recovered_;
+  std::int64_t dropped_ = 0;
+  std::uint64_t next_sequence_ = 1;
+  std::uint64_t next_ticket_ = 1;
+  std::map<std::uint64_t, std::shared_ptr<batch>> tickets_;
+  std::string last_error_;
+  std::mutex done_mutex_;
+  std::condition_variable done_cv_;
+  std::vector<worker_buffers> worker_buffers_;
+  std::unique_ptr<detail::io_thread_pool> pool_;  // last: its threads stop before anything they use goes
+};
+static_assert(record_store<file_store>);
+
+}  // namespace strata

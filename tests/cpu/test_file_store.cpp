@@ -1,0 +1,751 @@
+// The file tier: round trips, restart, injected I/O faults, on-disk corruption, crashes of a
+// writer process (SIGKILL), and a full disk. The rule throughout: a read that returns true gave
+// exactly the bytes last written successfully; everything else is a clean miss.
+//
+// STRATA_TEST_QUICK=1 runs fewer fault operations and crashes.
+#include "../support/catch.hpp"
+
+#include <strata/tier/file_store.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+using strata::file_store;
+using strata::file_store_options;
+using strata::kv_geometry;
+
+namespace {
+
+bool quick() { return std::getenv("STRATA_TEST_QUICK") != nullptr; }
+
+std::uint64_t mix(std::uint64_t x)
+{
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/// Deterministic payload of a record: a function of its key, so that any process can check it.
+void fill(std::byte* p, std::int64_t n, std::uint64_t key)
+{
+  std::uint64_t s = key;
+  for (std::int64_t i = 0; i < n; i += 8) {
+    std::uint64_t const v = mix(s++);
+    std::memcpy(p + i, &v, static_cast<std::size_t>(std::min<std::int64_t>(8, n - i)));
+  }
+}
+
+bool matches(std::byte const* p, std::int64_t n, std::uint64_t key)
+{
+  std::vector<std::byte> want(static_cast<std::size_t>(n));
+  fill(want.data(), n, key);
+  return std::memcmp(want.data(), p, static_cast<std::size_t>(n)) == 0;
+}
+
+/// A fresh directory under the system's temporary directory, removed at the end.
+struct temp_dir {
+  fs::path path;
+  temp_dir()
+  {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("strata-file-store-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~temp_dir()
+  {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+/// 4 KiB pages: small enough that 100,000 operations take seconds.
+constexpr kv_geometry small{1, 16, 1, 64, 2, 2};
+/// 16 KiB pages over two layers.
+constexpr kv_geometry medium{2, 16, 2, 64, 2, 2};
+/// 6 KiB pages: payloads not a multiple of 4 KiB (padded on disk, staged under O_DIRECT).
+constexpr kv_geometry odd{3, 16, 1, 32, 2, 2};
+
+file_store_options options_for(temp_dir const& d, bool direct, int files = 1)
+{
+  file_store_options o;
+  o.directory = d.path.string();
+  o.files = files;
+  o.tag = "test/bf16";
+  o.use_direct_io = direct;
+  o.io_threads = 3;
+  return o;
+}
+
+std::vector<std::int64_t> all_slots(file_store& s)
+{
+  if (s.slots().available() > 0) { (void)s.slots().allocate(s.slots().available()); }
+  std::vector<std::int64_t> v(static_cast<std::size_t>(s.capacity()));
+  std::iota(v.begin(), v.end(), std::int64_t{0});
+  return v;
+}
+
+/// Page-aligned host records (as a pinned host pool's), or deliberately misaligned ones.
+struct records {
+  std::vector<std::byte> memory;
+  std::vector<std::byte*> ptr;
+  records(std::int64_t n, std::int64_t bytes, bool misaligned = false)
+  {
+    auto const stride = static_cast<std::size_t>((bytes + 4095) / 4096 * 4096);
+    memory.resize(static_cast<std::size_t>(n) * stride + 8192);
+    auto base = reinterpret_cast<std::uintptr_t>(memory.data());
+    auto* first = memory.data() + ((4096 - base % 4096) % 4096) + (misaligned ? 64 : 0);
+    for (std::int64_t i = 0; i < n; ++i) {
+      ptr.push_back(first + static_cast<std::size_t>(i) * stride);
+    }
+  }
+  [[nodiscard]] std::vector<std::byte const*> sources(std::span<std::size_t const> which) const
+  {
+    std::vector<std::byte const*> v;
+    for (auto i : which) {
+      v.push_back(ptr[i]);
+    }
+    return v;
+  }
+};
+
+/// Fault injection through the store's io_backend: one call in `one_in` fails (EIO, ENOSPC, a
+/// short transfer, or a torn one: part of the bytes moved, then EIO).
+struct fault_injector {
+  std::atomic<bool> on{false};
+  std::atomic<std::uint64_t> one_in{8};
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::int64_t> injected{0};
+  std::uint64_t seed = 1;
+  bool only_enospc = false;
+
+  static std::size_t total(iovec const* iov, int n)
+  {
+    std::size_t t = 0;
+    for (int i = 0; i < n; ++i) {
+      t += iov[i].iov_len;
+    }
+    return t;
+  }
+  /// The first `k` bytes of `iov`.
+  static std::vector<iovec> prefix(iovec const* iov, int n, std::size_t k)
+  {
+    std::vector<iovec> out;
+    for (int i = 0; i < n && k > 0; ++i) {
+      auto const len = std::min(k, iov[i].iov_len);
+      out.push_back({iov[i].iov_base, len});
+      k -= len;
+    }
+    return out;
+  }
+
+  static ssize_t call(void* ctx, bool write, int fd, iovec const* iov, int n, off_t off)
+  {
+    auto& f = *static_cast<fault_injector*>(ctx);
+    auto const real = [&](iovec const* v, int c) { return write ? ::pwritev(fd, v, c, off) : ::preadv(fd, v, c, off); };
+    auto const h = mix(f.seed ^ f.calls.fetch_add(1));
+    if (!f.on.load() || h % f.one_in.load() != 0) { return real(iov, n); }
+    f.injected.fetch_add(1);
+    if (f.only_enospc) {
+      errno = ENOSPC;
+      return -1;
+    }
+    auto const t = total(iov, n);
+    switch ((h >> 32) % 4) {
+      case 0:
+        errno = EIO;
+        return -1;
+      case 1:
+        errno = write ? ENOSPC : EIO;
+        return -1;
+      case 2: {  // short: part of the bytes, a legal result the store must continue from
+        auto const v = prefix(iov, n, t > 1 ? 1 + (h >> 8) % (t - 1) : t);
+        return real(v.data(), static_cast<int>(v.size()));
+      }
+      default: {  // torn: part of the bytes moved, then an error
+        auto const v = prefix(iov, n, (h >> 8) % t);
+        if (!v.empty()) { (void)real(v.data(), static_cast<int>(v.size())); }
+        errno = EIO;
+        return -1;
+      }
+    }
+  }
+
+  [[nodiscard]] strata::io_backend backend()
+  {
+    strata::io_backend io;
+    io.context = this;
+    io.preadv = [](void* c, int fd, iovec const* iov, int n, off_t off) { return call(c, false, fd, iov, n, off); };
+    io.pwritev = [](void* c, int fd, iovec const* iov, int n, off_t off) { return call(c, true, fd, iov, n, off); };
+    io.allocate = [](void* c, int fd, off_t off, off_t len) {
+      auto& f = *static_cast<fault_injector*>(c);
+      return f.on.load() && f.only_enospc ? ENOSPC : ::posix_fallocate(fd, off, len);
+    };
+    return io;
+  }
+};
+
+void flip_bit(fs::path const& file, off_t offset, int bit)
+{
+  int const fd = ::open(file.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  unsigned char b{};
+  REQUIRE(::pread(fd, &b, 1, offset) == 1);
+  b = static_cast<unsigned char>(b ^ (1U << bit));
+  REQUIRE(::pwrite(fd, &b, 1, offset) == 1);
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void overwrite(fs::path const& file, off_t offset, std::vector<std::byte> const& bytes)
+{
+  int const fd = ::open(file.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pwrite(fd, bytes.data(), bytes.size(), offset) == static_cast<ssize_t>(bytes.size()));
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::vector<std::byte> read_bytes(fs::path const& file, off_t offset, std::size_t n)
+{
+  int const fd = ::open(file.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  std::vector<std::byte> v(n);
+  REQUIRE(::pread(fd, v.data(), n, offset) == static_cast<ssize_t>(n));
+  ::close(fd);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("file_store is a record store of the file tier", "[cpu][file]")
+{
+  STATIC_REQUIRE(strata::record_store<file_store>);
+  STATIC_REQUIRE(file_store::kind == strata::tier::file);
+  temp_dir d;
+  file_store s{medium, 10, options_for(d, true, 3)};
+  CHECK(s.capacity() == 10);
+  CHECK(s.geometry() == medium);
+  CHECK(s.record_bytes() == 4096 + medium.page_bytes());
+  CHECK(s.slots_per_file() == 4);
+  CHECK(s.paths().size() == 3);
+  CHECK(fs::file_size(s.paths()[0]) == static_cast<std::uintmax_t>(4 * s.record_bytes()));
+  CHECK(fs::file_size(s.paths()[2]) == static_cast<std::uintmax_t>(2 * s.record_bytes()));
+  CHECK(s.recovered().empty());
+  CHECK(s.slots().available() == 10);
+  CHECK(strata::detail::crc32c(0, "123456789", 9) == 0xE3069283U);  // the CRC-32C check value
+}
+
+TEST_CASE("file_store: random records round-trip and survive a restart", "[cpu][file]")
+{
+  for (auto const& [g, direct, misaligned, files] :
+       {std::tuple{medium, true, false, 3}, std::tuple{medium, false, false, 1}, std::tuple{odd, true, false, 2},
+        std::tuple{medium, true, true, 2}, std::tuple{odd, false, true, 1}}) {
+    CAPTURE(g, direct, misaligned, files);
+    temp_dir d;
+    std::int64_t const n = 200;
+    std::mt19937_64 rng{static_cast<std::uint64_t>(g.layers * 7 + files)};
+    std::vector<std::uint64_t> keys(static_cast<std::size_t>(n));
+    records src{n, g.page_bytes(), misaligned}, dst{n, g.page_bytes(), misaligned};
+    {
+      file_store s{g, n, options_for(d, direct, files)};
+      auto const slots = all_slots(s);
+      // Random batches over shuffled slots: runs of adjacent slots and isolated ones.
+      std::vector<std::size_t> order(static_cast<std::size_t>(n));
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::shuffle(order.begin(), order.end() - 100, rng);  // the last 100 stay in order: long runs
+      for (std::size_t i = 0; i < order.size();) {
+        auto const m = std::min<std::size_t>(order.size() - i, 1 + rng() % 40);
+        std::vector<std::int64_t> batch;
+        std::vector<std::uint64_t> bkeys;
+        for (std::size_t k = i; k < i + m; ++k) {
+          keys[order[k]] = rng();
+          fill(src.ptr[order[k]], g.page_bytes(), keys[order[k]]);
+          batch.push_back(static_cast<std::int64_t>(order[k]));
+          bkeys.push_back(keys[order[k]]);
+        }
+        REQUIRE(s.write(batch, src.sources({order.data() + i, m}), bkeys));
+        i += m;
+      }
+      REQUIRE(s.read(slots, dst.ptr, keys));
+      for (std::int64_t i = 0; i < n; ++i) {
+        REQUIRE(matches(dst.ptr[static_cast<std::size_t>(i)], g.page_bytes(), keys[static_cast<std::size_t>(i)]));
+      }
+      CHECK(s.key(7) == keys[7]);
+    }
+    {
+      auto s = file_store::open(g, n, options_for(d, direct, files));
+      REQUIRE(s.recovered().size() == static_cast<std::size_t>(n));
+      for (auto const& r : s.recovered()) {
+        CHECK(r.key == keys[static_cast<std::size_t>(r.slot)]);
+      }
+      CHECK(s.dropped() == 0);
+      CHECK(s.slots().available() == 0);
+      std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
+      std::iota(slots.begin(), slots.end(), std::int64_t{0});
+      for (auto* p : dst.ptr) {
+        std::memset(p, 0xAB, static_cast<std::size_t>(g.page_bytes()));
+      }
+      REQUIRE(s.read(slots, dst.ptr, keys));
+      for (std::int64_t i = 0; i < n; ++i) {
+        REQUIRE(matches(dst.ptr[static_cast<std::size_t>(i)], g.page_bytes(), keys[static_cast<std::size_t>(i)]));
+      }
+    }
+    // A new store over the same files (reopen = false) starts empty, and so does a reopen after it.
+    {
+      file_store s{g, n, options_for(d, direct, files)};
+    }
+    auto s = file_store::open(g, n, options_for(d, direct, files));
+    CHECK(s.recovered().empty());
+  }
+}
+
+TEST_CASE("file_store rejects bad input before any I/O and misses cleanly", "[cpu][file]")
+{
+  temp_dir d;
+  file_store s{small, 8, options_for(d, true)};
+  records r{8, small.page_bytes()};
+  std::vector<std::int64_t> one{0};
+  std::vector<std::byte const*> src{r.ptr[0]};
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "not allocated", (void)s.write(one, src));
+  (void)s.slots().allocate(4);
+  std::vector<std::int64_t> bad{9};
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "out of range", (void)s.write(bad, src));
+  std::vector<std::int64_t> twice{1, 1};
+  std::vector<std::byte const*> src2{r.ptr[0], r.ptr[1]};
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "listed twice", (void)s.write(twice, src2));
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "2 buffers", (void)s.write(one, src2));
+  std::vector<std::byte const*> null_src{nullptr};
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "null source", (void)s.write(one, null_src));
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "tp_rank", (file_store{small, 8, [&] {
+                                                                           auto o = options_for(d, true);
+                                                                           o.tp_rank = 2;
+                                                                           o.tp_size = 2;
+                                                                           return o;
+                                                                         }()}));
+  STRATA_REQUIRE_THROWS(strata::file_store_error, "in use by another store",
+                        (file_store{small, 8, options_for(d, true)}));
+
+  // Never written: a miss, not an error.
+  CHECK_FALSE(s.read(one, std::span{r.ptr.data(), 1}));
+  CHECK(s.last_error().find("holds no record") != std::string::npos);
+  fill(r.ptr[0], small.page_bytes(), 42);
+  std::vector<std::uint64_t> key{42}, other{43};
+  REQUIRE(s.write(one, src, key));
+  CHECK_FALSE(s.read(one, std::span{r.ptr.data() + 1, 1}, other));  // another key: a miss
+  CHECK(s.read(one, std::span{r.ptr.data() + 1, 1}, key));
+  CHECK(matches(r.ptr[1], small.page_bytes(), 42));
+  REQUIRE(s.write(one, src));  // key 0
+  CHECK(s.key(0) == 0U);
+  CHECK(s.read(one, std::span{r.ptr.data() + 1, 1}));
+}
+
+TEST_CASE("file_store: asynchronous reads and writes", "[cpu][file]")
+{
+  temp_dir d;
+  std::int64_t const n = 64;
+  file_store s{medium, n, options_for(d, true, 2)};
+  auto const slots = all_slots(s);
+  records src{n, medium.page_bytes()}, dst{n, medium.page_bytes()};
+  std::vector<std::uint64_t> keys(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    keys[static_cast<std::size_t>(i)] = mix(static_cast<std::uint64_t>(i) + 1000);
+    fill(src.ptr[static_cast<std::size_t>(i)], medium.page_bytes(), keys[static_cast<std::size_t>(i)]);
+  }
+  std::vector<std::byte const*> sources(src.ptr.begin(), src.ptr.end());
+  auto const half = static_cast<std::size_t>(n / 2);
+  auto const t1 =
+      s.submit_write(std::span{slots}.first(half), std::span{sources}.first(half), std::span{keys}.first(half));
+  auto const t2 =
+      s.submit_write(std::span{slots}.subspan(half), std::span{sources}.subspan(half), std::span{keys}.subspan(half));
+  // A slot with a write in flight cannot be used again until the ticket is consumed.
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "in flight",
+                        (void)s.submit_read(std::span{slots}.first(1), std::span{dst.ptr}.first(1), {}));
+  strata::io_status st{};
+  while ((st = s.poll(t1)) == strata::io_status::pending) {
+    std::this_thread::yield();
+  }
+  CHECK(st == strata::io_status::succeeded);
+  CHECK(s.wait(t2));
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "unknown or consumed ticket", (void)s.poll(t1));
+  auto const r = s.submit_read(slots, dst.ptr, keys);
+  CHECK(s.wait(r));
+  for (std::int64_t i = 0; i < n; ++i) {
+    CHECK(matches(dst.ptr[static_cast<std::size_t>(i)], medium.page_bytes(), keys[static_cast<std::size_t>(i)]));
+  }
+}
+
+TEST_CASE("file_store under injected I/O faults never serves wrong bytes and recovers when they stop",
+          "[cpu][file][faults]")
+{
+  std::int64_t const total_ops = quick() ? 12'000 : 120'000;
+  std::int64_t ops_done = 0, injected = 0, served = 0, missed = 0;
+  for (auto const& [one_in, direct] :
+       {std::pair{8, false}, std::pair{32, false}, std::pair{1000, false}, std::pair{8, true}, std::pair{1000, true}}) {
+    CAPTURE(one_in, direct);
+    temp_dir d;
+    fault_injector f;
+    f.one_in = static_cast<std::uint64_t>(one_in);
+    f.seed = static_cast<std::uint64_t>(one_in) * 31 + direct;
+    auto o = options_for(d, direct, 2);
+    o.io = f.backend();
+    o.max_io_bytes = 4 * (4096 + small.page_bytes());  // runs of up to 4 records
+    std::int64_t const n = 64;
+    file_store s{small, n, o};
+    (void)all_slots(s);
+    std::vector<std::optional<std::uint64_t>> ref(static_cast<std::size_t>(n));  // last successful write
+    records buf{8, small.page_bytes()};
+    std::mt19937_64 rng{f.seed};
+    std::uint64_t next_key = f.seed << 32;
+    // Direct I/O goes to the disk: fewer operations there, most in buffered mode.
+    std::int64_t const ops = direct ? total_ops / 20 : total_ops * 3 / 10;
+    f.on = true;
+    for (std::int64_t op = 0; op < ops; ++op) {
+      auto const m = static_cast<std::size_t>(1 + rng() % 6);
+      std::vector<std::int64_t> slots;
+      std::int64_t const start = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n));
+      for (std::size_t k = 0; k < m; ++k) {  // mostly adjacent slots (merged I/O), sometimes not
+        std::int64_t s0 = (rng() % 4 == 0) ? static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n))
+                                           : (start + static_cast<std::int64_t>(k)) % n;
+        if (std::find(slots.begin(), slots.end(), s0) == slots.end()) { slots.push_back(s0); }
+      }
+      if (rng() % 2 == 0) {
+        std::vector<std::uint64_t> keys;
+        for (std::size_t k = 0; k < slots.size(); ++k) {
+          keys.push_back(next_key++);
+          fill(buf.ptr[k], small.page_bytes(), keys.back());
+        }
+        bool const ok = s.write(
+            slots, std::vector<std::byte const*>(buf.ptr.begin(), buf.ptr.begin() + static_cast<long>(slots.size())),
+            keys);
+        for (std::size_t k = 0; k < slots.size(); ++k) {
+          ref[static_cast<std::size_t>(slots[k])] = ok ? std::optional{keys[k]} : std::nullopt;
+        }
+        if (!ok) { REQUIRE_FALSE(s.last_error().empty()); }
+      } else {
+        for (auto* p : buf.ptr) {
+          std::memset(p, 0x5A, static_cast<std::size_t>(small.page_bytes()));
+        }
+        bool const ok = s.read(slots, std::span{buf.ptr.data(), slots.size()});
+        bool known = true;
+        for (auto s0 : slots) {
+          known = known && ref[static_cast<std::size_t>(s0)].has_value();
+        }
+        if (ok) {
+          REQUIRE(known);  // a slot whose write failed holds no record
+          for (std::size_t k = 0; k < slots.size(); ++k) {
+            REQUIRE(matches(buf.ptr[k], small.page_bytes(), *ref[static_cast<std::size_t>(slots[k])]));
+          }
+          ++served;
+        } else {
+          ++missed;
+        }
+      }
+    }
+    ops_done += ops;
+    injected += f.injected.load();
+    CHECK(f.injected.load() > 0);
+    // Faults stop: every slot can be written and read again.
+    f.on = false;
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
+    std::iota(slots.begin(), slots.end(), std::int64_t{0});
+    records all{n, small.page_bytes()};
+    std::vector<std::uint64_t> keys;
+    for (std::int64_t i = 0; i < n; ++i) {
+      keys.push_back(next_key++);
+      fill(all.ptr[static_cast<std::size_t>(i)], small.page_bytes(), keys.back());
+    }
+    REQUIRE(s.write(slots, std::vector<std::byte const*>(all.ptr.begin(), all.ptr.end()), keys));
+    records back{n, small.page_bytes()};
+    REQUIRE(s.read(slots, back.ptr, keys));
+    for (std::int64_t i = 0; i < n; ++i) {
+      REQUIRE(matches(back.ptr[static_cast<std::size_t>(i)], small.page_bytes(), keys[static_cast<std::size_t>(i)]));
+    }
+  }
+  std::printf("faults: %lld operations, %lld faults injected, %lld reads served (all checked), %lld missed\n",
+              static_cast<long long>(ops_done), static_cast<long long>(injected), static_cast<long long>(served),
+              static_cast<long long>(missed));
+  CHECK(ops_done >= total_ops);
+  CHECK(served > 0);
+  CHECK(missed > 0);
+}
+
+TEST_CASE("file_store detects every corrupted record on read and on reopen, and serves none", "[cpu][file][corruption]")
+{
+  for (bool const direct : {true, false}) {
+    for (auto const& g : {medium, odd}) {
+      CAPTURE(direct, g);
+      temp_dir d, other_dir;
+      std::int64_t const n = 96;
+      auto const pb = g.page_bytes();
+      records src{n, pb}, dst{n, pb};
+      std::vector<std::uint64_t> keys(static_cast<std::size_t>(n));
+      std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
+      std::iota(slots.begin(), slots.end(), std::int64_t{0});
+      for (std::int64_t i = 0; i < n; ++i) {
+        keys[static_cast<std::size_t>(i)] = mix(static_cast<std::uint64_t>(i) ^ 0xfeed);
+        fill(src.ptr[static_cast<std::size_t>(i)], pb, keys[static_cast<std::size_t>(i)]);
+      }
+      std::vector<std::byte const*> sources(src.ptr.begin(), src.ptr.end());
+      // A record of another tag (same sizes): written by another store, copied in below.
+      auto foreign_options = options_for(other_dir, direct);
+      foreign_options.tag = "other-model/fp8";
+      std::vector<std::byte> foreign;
+      {
+        file_store f{g, 1, foreign_options};
+        (void)all_slots(f);
+        std::vector<std::int64_t> zero{0};
+        REQUIRE(f.write(zero, std::span{sources}.first(1), std::span{keys}.first(1)));
+        foreign = read_bytes(f.paths()[0], 0, static_cast<std::size_t>(f.record_bytes()));
+      }
+
+      auto const o = options_for(d, direct, 2);
+      std::set<std::int64_t> corrupt;
+      std::vector<std::byte> v1_of_slot_3;  // the first version of slot 3 (a stale record)
+      std::mt19937_64 rng{static_cast<std::uint64_t>(pb) + direct};
+      {
+        file_store s{g, n, o};
+        (void)all_slots(s);
+        REQUIRE(s.write(slots, sources, keys));
+        auto const rb = s.record_bytes();
+        auto const loc = [&](std::int64_t slot) {
+          auto const f = slot / s.slots_per_file();
+          return std::pair{fs::path{s.paths()[static_cast<std::size_t>(f)]},
+                           static_cast<off_t>((slot - f * s.slots_per_file()) * rb)};
+        };
+        // Slot 3 and 4: rewritten after saving their first version.
+        v1_of_slot_3 = read_bytes(loc(3).first, loc(3).second, static_cast<std::size_t>(rb));
+        auto const v1_of_slot_4 = read_bytes(loc(4).first, loc(4).second, static_cast<std::size_t>(rb));
+        keys[3] = 0x333;
+        keys[4] = 0x444;
+        fill(src.ptr[3], pb, keys[3]);
+        fill(src.ptr[4], pb, keys[4]);
+        std::vector<std::int64_t> s34{3, 4};
+        REQUIRE(s.write(s34, std::span{sources}.subspan(3, 2), std::span{keys}.subspan(3, 2)));
+        // Corruptions, one kind per slot in [8, 88); slot 3 gets back its whole first version (stale),
+        // slot 4 gets back only its old header (torn: the new payload under an old header).
+        overwrite(loc(3).first, loc(3).second, v1_of_slot_3);
+        overwrite(loc(4).first, loc(4).second,
+                  std::vector<std::byte>(v1_of_slot_4.begin(), v1_of_slot_4.begin() + 4096));
+        corrupt.insert(4);
+        for (std::int64_t slot = 8; slot < 88; ++slot) {
+          auto const [path, off] = loc(slot);
+          corrupt.insert(slot);
+          switch (slot % 8) {
+            case 0:  // one bit of the header
+              flip_bit(path, off + static_cast<off_t>(rng() % 4096), static_cast<int>(rng() % 8));
+              break;
+            case 1:  // one or two bits of the payload
+              flip_bit(path, off + 4096 + static_cast<off_t>(rng() % static_cast<std::uint64_t>(pb)),
+                       static_cast<int>(rng() % 8));
+              if (slot % 16 == 1) {
+                flip_bit(path, off + 4096 + static_cast<off_t>(rng() % static_cast<std::uint64_t>(pb)),
+                         static_cast<int>(rng() % 8));
+              }
+              break;
+            case 2: {  // torn: the payload's tail replaced by other bytes
+              std::vector<std::byte> junk(static_cast<std::size_t>(pb / 2));
+              fill(junk.data(), static_cast<std::int64_t>(junk.size()), rng());
+              overwrite(path, off + 4096 + static_cast<off_t>(pb - pb / 2), junk);
+              break;
+            }
+            case 3:  // a record of another model / dtype
+              overwrite(path, off, foreign);
+              break;
+            case 4: {  // a zero-filled range somewhere in the record
+              // (in the header's used part or in the payload: zeros over the header's zero padding change nothing)
+              auto const len = 16 + rng() % 3000;
+              auto const at = slot % 16 == 4
+                                  ? rng() % 64
+                                  : 4096 + rng() % static_cast<std::uint64_t>(pb - static_cast<std::int64_t>(len));
+              overwrite(path, off + static_cast<off_t>(at), std::vector<std::byte>(len));
+              break;
+            }
+            case 5:  // the whole record zeroed
+              overwrite(path, off, std::vector<std::byte>(static_cast<std::size_t>(rb)));
+              break;
+            case 6: {  // another slot's intact record in this one
+              auto const [p2, o2] = loc(1);
+              overwrite(path, off, read_bytes(p2, o2, static_cast<std::size_t>(rb)));
+              break;
+            }
+            default:  // torn: the header intact, the payload not yet written (0xFF)
+              overwrite(path, off + 4096, std::vector<std::byte>(static_cast<std::size_t>(pb), std::byte{0xFF}));
+              break;
+          }
+        }
+        // On read: each slot alone, and every corrupt slot spoils its batch.
+        std::int64_t served_corrupt = 0;
+        for (std::int64_t slot = 0; slot < n; ++slot) {
+          std::vector<std::int64_t> one{slot};
+          bool const ok = s.read(one, std::span{dst.ptr.data() + slot, 1});
+          bool const bad = corrupt.count(slot) > 0 || slot == 3;  // 3: intact on disk, but stale
+          if (bad) {
+            served_corrupt += ok ? 1 : 0;
+          } else {
+            REQUIRE(ok);
+            REQUIRE(matches(dst.ptr[static_cast<std::size_t>(slot)], pb, keys[static_cast<std::size_t>(slot)]));
+          }
+        }
+        CHECK(served_corrupt == 0);
+        CHECK_FALSE(s.read(slots, dst.ptr));
+        // A truncated second file: every slot at or past the cut misses.
+        auto const cut = s.slots_per_file() + 40;  // slot 88 of file 1
+        fs::resize_file(loc(cut).first, static_cast<std::uintmax_t>(loc(cut).second + rb / 2));
+        for (std::int64_t slot = cut; slot < n; ++slot) {
+          std::vector<std::int64_t> one{slot};
+          CHECK_FALSE(s.read(one, std::span{dst.ptr.data() + slot, 1}));
+          corrupt.insert(slot);
+        }
+      }
+      // On reopen: exactly the intact records come back (slot 3 as its first, intact version).
+      auto s = file_store::open(g, n, o);
+      std::set<std::int64_t> found;
+      for (auto const& r : s.recovered()) {
+        found.insert(r.slot);
+        CHECK(corrupt.count(r.slot) == 0);
+        CHECK(r.key == (r.slot == 3 ? mix(3 ^ 0xfeed) : keys[static_cast<std::size_t>(r.slot)]));
+      }
+      CHECK(found.size() == static_cast<std::size_t>(n) - corrupt.size());
+      CHECK(s.dropped() > 0);
+      for (auto const slot : corrupt) {
+        CHECK_FALSE(s.slots().is_allocated(slot));
+      }
+      std::vector<std::int64_t> intact(found.begin(), found.end());
+      std::vector<std::byte*> out;
+      for (auto slot : intact) {
+        out.push_back(dst.ptr[static_cast<std::size_t>(slot)]);
+      }
+      REQUIRE(s.read(intact, out));
+      for (auto slot : intact) {
+        CHECK(matches(dst.ptr[static_cast<std::size_t>(slot)], pb,
+                      slot == 3 ? mix(3 ^ 0xfeed) : keys[static_cast<std::size_t>(slot)]));
+      }
+    }
+  }
+}
+
+TEST_CASE("file_store: a writer killed at random points leaves only intact or dropped records", "[cpu][file][crash]")
+{
+  int const crashes = quick() ? 100 : 1000;
+  temp_dir d;
+  std::int64_t const n = 32;
+  std::int64_t intact_total = 0, dropped_total = 0;
+  std::mt19937_64 rng{12345};
+  for (int c = 0; c < crashes; ++c) {
+    bool const direct = c % 2 == 0;
+    auto o = options_for(d, direct);
+    o.io_threads = 2;
+    o.reopen = true;
+    auto const delay_us = static_cast<int>(rng() % 4000);
+    auto const child_seed = rng();
+    pid_t const pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // the writer: random batches of records whose keys name their slot
+      try {
+        file_store s{small, n, o};
+        (void)all_slots(s);
+        std::mt19937_64 r{child_seed};
+        records buf{4, small.page_bytes()};
+        for (std::uint64_t k = 0;; ++k) {
+          auto const first = static_cast<std::int64_t>(r() % static_cast<std::uint64_t>(n - 4));
+          auto const m = 1 + r() % 4;
+          std::vector<std::int64_t> slots;
+          std::vector<std::uint64_t> keys;
+          for (std::uint64_t i = 0; i < m; ++i) {
+            slots.push_back(first + static_cast<std::int64_t>(i));
+            keys.push_back((static_cast<std::uint64_t>(slots.back()) << 48) | (child_seed & 0xffffffffULL) << 16 |
+                           (k & 0xffff));
+            fill(buf.ptr[i], small.page_bytes(), keys.back());
+          }
+          (void)s.write(slots, std::vector<std::byte const*>(buf.ptr.begin(), buf.ptr.begin() + static_cast<long>(m)),
+                        keys);
+        }
+      } catch (...) {
+        ::_exit(3);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));  // not an exit of its own (3: an exception)
+    file_store s{small, n, o};
+    for (auto const& r : s.recovered()) {
+      REQUIRE((r.key >> 48) == static_cast<std::uint64_t>(r.slot));
+    }
+    std::vector<std::int64_t> slots;
+    std::vector<std::uint64_t> keys;
+    for (auto const& r : s.recovered()) {
+      slots.push_back(r.slot);
+      keys.push_back(r.key);
+    }
+    records buf{static_cast<std::int64_t>(std::max<std::size_t>(slots.size(), 1)), small.page_bytes()};
+    REQUIRE(s.read(slots, std::span{buf.ptr.data(), slots.size()}, keys));
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      REQUIRE(matches(buf.ptr[i], small.page_bytes(), keys[i]));
+    }
+    intact_total += static_cast<std::int64_t>(slots.size());
+    dropped_total += s.dropped();
+  }
+  std::printf("crashes: %d writers killed, %lld intact records after reopen (all checked), %lld dropped\n", crashes,
+              static_cast<long long>(intact_total), static_cast<long long>(dropped_total));
+  CHECK(intact_total > 0);
+}
+
+TEST_CASE("file_store on a full disk: clear errors, consistent state", "[cpu][file][faults]")
+{
+  temp_dir d;
+  fault_injector f;
+  f.only_enospc = true;
+  f.one_in = 1;
+  auto o = options_for(d, true);
+  o.io = f.backend();
+  f.on = true;
+  STRATA_REQUIRE_THROWS(strata::file_store_error, "no space left on the device", (file_store{small, 16, o}));
+  f.on = false;
+  file_store s{small, 16, o};
+  auto const slots = all_slots(s);
+  records src{16, small.page_bytes()}, dst{16, small.page_bytes()};
+  std::vector<std::uint64_t> keys;
+  for (std::size_t i = 0; i < 16; ++i) {
+    keys.push_back(100 + i);
+    fill(src.ptr[i], small.page_bytes(), keys.back());
+  }
+  std::vector<std::byte const*> sources(src.ptr.begin(), src.ptr.end());
+  REQUIRE(s.write(std::span{slots}.first(8), std::span{sources}.first(8), std::span{keys}.first(8)));
+  f.on = true;  // the disk fills up
+  CHECK_FALSE(s.write(std::span{slots}.subspan(8), std::span{sources}.subspan(8), std::span{keys}.subspan(8)));
+  CHECK(s.last_error().find("no space left on the device") != std::string::npos);
+  CHECK_FALSE(s.write(std::span{slots}.first(2), std::span{sources}.subspan(10, 2), std::span{keys}.subspan(10, 2)));
+  f.on = false;
+  // Slots 2..7 keep their records; 0, 1 and 8..15 hold none.
+  CHECK(s.read(std::span{slots}.subspan(2, 6), std::span{dst.ptr}.subspan(2, 6), std::span{keys}.subspan(2, 6)));
+  for (std::size_t i = 2; i < 8; ++i) {
+    CHECK(matches(dst.ptr[i], small.page_bytes(), keys[i]));
+  }
+  for (std::size_t i : {0, 1, 8, 15}) {
+    CHECK_FALSE(s.read(std::span{slots}.subspan(i, 1), std::span{dst.ptr}.subspan(i, 1)));
+    CHECK_FALSE(s.key(static_cast<std::int64_t>(i)).has_value());
+  }
+  // Space again: everything works.
+  REQUIRE(s.write(slots, sources, keys));
+  REQUIRE(s.read(slots, dst.ptr, keys));
+}
