@@ -187,8 +187,8 @@ class cache_controller {
    * @param executor the copy executor
    * @throw strata::invalid_argument for a cost model of another page size, or what the index rejects
    */
-  explicit cache_controller(tiers_type tiers, controller_options options = {}, scheduler_type scheduler = {},
-                            executor_type executor = {})
+  explicit cache_controller(tiers_type tiers, controller_options options = {},
+                            scheduler_type scheduler = scheduler_type{}, executor_type executor = executor_type{})
       : tiers_{std::move(tiers)},
         options_{std::move(options)},
         scheduler_{std::move(scheduler)},
