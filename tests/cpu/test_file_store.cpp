@@ -33,6 +33,18 @@ namespace {
 
 bool quick() { return std::getenv("STRATA_TEST_QUICK") != nullptr; }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+#else
+constexpr bool sanitized = false;
+#endif
+
 std::uint64_t mix(std::uint64_t x)
 {
   x += 0x9e3779b97f4a7c15ULL;
@@ -644,9 +656,12 @@ TEST_CASE("file_store detects every corrupted record on read and on reopen, and 
 
 TEST_CASE("file_store: a writer killed at random points leaves only intact or dropped records", "[cpu][file][crash]")
 {
-  int const crashes = quick() ? 100 : 1000;
+  // Forking a process under AddressSanitizer costs ~0.1 s: fewer crashes there (1,000 in the plain build).
+  int const crashes = quick() ? 100 : sanitized ? 250 : 1000;
   temp_dir d;
   std::int64_t const n = 32;
+  // 128 KiB pages: a write takes long enough that kills land inside it (torn records).
+  constexpr kv_geometry crash_geometry{16, 16, 1, 128, 2, 2};
   std::int64_t intact_total = 0, dropped_total = 0;
   std::mt19937_64 rng{12345};
   for (int c = 0; c < crashes; ++c) {
@@ -660,10 +675,10 @@ TEST_CASE("file_store: a writer killed at random points leaves only intact or dr
     REQUIRE(pid >= 0);
     if (pid == 0) {  // the writer: random batches of records whose keys name their slot
       try {
-        file_store s{small, n, o};
+        file_store s{crash_geometry, n, o};
         (void)all_slots(s);
         std::mt19937_64 r{child_seed};
-        records buf{4, small.page_bytes()};
+        records buf{4, crash_geometry.page_bytes()};
         for (std::uint64_t k = 0;; ++k) {
           auto const first = static_cast<std::int64_t>(r() % static_cast<std::uint64_t>(n - 4));
           auto const m = 1 + r() % 4;
@@ -673,7 +688,7 @@ TEST_CASE("file_store: a writer killed at random points leaves only intact or dr
             slots.push_back(first + static_cast<std::int64_t>(i));
             keys.push_back((static_cast<std::uint64_t>(slots.back()) << 48) | (child_seed & 0xffffffffULL) << 16 |
                            (k & 0xffff));
-            fill(buf.ptr[i], small.page_bytes(), keys.back());
+            fill(buf.ptr[i], crash_geometry.page_bytes(), keys.back());
           }
           (void)s.write(slots, std::vector<std::byte const*>(buf.ptr.begin(), buf.ptr.begin() + static_cast<long>(m)),
                         keys);
@@ -687,7 +702,7 @@ TEST_CASE("file_store: a writer killed at random points leaves only intact or dr
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
     REQUIRE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));  // not an exit of its own (3: an exception)
-    file_store s{small, n, o};
+    file_store s{crash_geometry, n, o};
     for (auto const& r : s.recovered()) {
       REQUIRE((r.key >> 48) == static_cast<std::uint64_t>(r.slot));
     }
@@ -697,10 +712,10 @@ TEST_CASE("file_store: a writer killed at random points leaves only intact or dr
       slots.push_back(r.slot);
       keys.push_back(r.key);
     }
-    records buf{static_cast<std::int64_t>(std::max<std::size_t>(slots.size(), 1)), small.page_bytes()};
+    records buf{static_cast<std::int64_t>(std::max<std::size_t>(slots.size(), 1)), crash_geometry.page_bytes()};
     REQUIRE(s.read(slots, std::span{buf.ptr.data(), slots.size()}, keys));
     for (std::size_t i = 0; i < slots.size(); ++i) {
-      REQUIRE(matches(buf.ptr[i], small.page_bytes(), keys[i]));
+      REQUIRE(matches(buf.ptr[i], crash_geometry.page_bytes(), keys[i]));
     }
     intact_total += static_cast<std::int64_t>(slots.size());
     dropped_total += s.dropped();

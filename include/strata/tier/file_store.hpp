@@ -881,8 +881,15 @@ class file_store {
     for (std::int64_t first = 0; first < capacity(); first += chunk) {
       pool_->post([&, first](int worker) {
         auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
-        buf.staging.ensure(static_cast<std::size_t>(record_bytes_));
-        for (std::int64_t s = first; s < std::min(first + chunk, capacity()); ++s) {
+        bool have_buffer = true;
+        try {
+          buf.staging.ensure(static_cast<std::size_t>(record_bytes_));
+        } catch (std::exception const& e) {  // no memory for a record: its slots are dropped
+          have_buffer = false;
+          std::lock_guard lock{m};
+          if (first_error.empty()) { first_error = detail::concat("file_store: recovery: ", e.what()); }
+        }
+        for (std::int64_t s = first; have_buffer && s < std::min(first + chunk, capacity()); ++s) {
           auto const [fd, off] = where(s);
           iovec v{buf.staging.data(),
                   static_cast<std::size_t>(options_.verify_on_reopen ? record_bytes_ : detail::file_header_bytes)};
@@ -915,7 +922,7 @@ class file_store {
     // The allocator hands out slots from the back of its free stack: allocate everything, then
     // release the slots without an intact record (in descending order, so that ascending ids come
     // out first again).
-    auto all = slots_.allocate(capacity());
+    (void)slots_.allocate(capacity());
     std::vector<std::int64_t> free_slots;
     for (std::int64_t s = capacity() - 1; s >= 0; --s) {
       auto const& h = found[static_cast<std::size_t>(s)];
