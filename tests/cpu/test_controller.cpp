@@ -86,6 +86,56 @@ class deferred_executor {
 };
 static_assert(copy_executor<deferred_executor, policies::tiers>);
 
+/// A file tier in memory: page-first records behind `read`/`write`, failing on demand (a failed read
+/// scribbles over its destination, so using it anyway shows as wrong bytes).
+class memory_file_store {
+ public:
+  static constexpr tier kind = tier::file;
+  memory_file_store(kv_geometry const& g, std::int64_t pages)
+      : geometry_{g}, slots_{pages}, bytes_(std::size_t(pages * g.page_bytes()))
+  {
+  }
+  [[nodiscard]] kv_geometry geometry() const noexcept { return geometry_; }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return slots_.capacity(); }
+  [[nodiscard]] slot_allocator& slots() noexcept { return slots_; }
+  bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources)
+  {
+    if (fail_one_in > 0 && rng() % fail_one_in == 0) { return false; }
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      std::memcpy(record(slots[i]), sources[i], std::size_t(geometry_.page_bytes()));
+    }
+    return true;
+  }
+  bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records)
+  {
+    bool const fail = fail_one_in > 0 && rng() % fail_one_in == 0;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      if (fail) {
+        std::memset(records[i], 0xA5, std::size_t(geometry_.page_bytes()));
+      } else {
+        std::memcpy(records[i], record(slots[i]), std::size_t(geometry_.page_bytes()));
+      }
+    }
+    return !fail;
+  }
+  std::uint64_t fail_one_in = 0;  // 0: never
+  std::mt19937_64 rng{7};
+
+ private:
+  std::byte* record(std::int64_t slot) { return bytes_.data() + slot * geometry_.page_bytes(); }
+  kv_geometry geometry_;
+  slot_allocator slots_;
+  std::vector<std::byte> bytes_;
+};
+static_assert(record_store<memory_file_store>);
+
+/// Device, host and a file tier, copies through host records.
+struct file_policies {
+  using tiers = tier_stack<device_pool<layer_first>, host_pool, memory_file_store>;
+  using scheduler = strata_scheduler;
+  using executor = host_executor;
+};
+
 template <kv_layout Layout>
 struct deferred_policies {
   using tiers = tier_stack<device_pool<Layout>, host_pool>;
@@ -182,7 +232,7 @@ struct engine_run {
         host_pages{host},
         memory{dev},
         layout{memory.layout(dev)},
-        cache{typename controller::tiers_type{device_pool<layer_first>{layout}, host_pool{geo, host}}, options(policy),
+        cache{make_tiers(layout, host), options(policy),
               strata_scheduler{strata_options{.delay_hits = with_delay_hits}}}
   {
     for (int d = 0; d < 4; ++d) {
@@ -191,6 +241,16 @@ struct engine_run {
         t = std::int32_t(rng() % 5000);
       }
       documents.push_back(doc);
+    }
+  }
+  static typename controller::tiers_type make_tiers(layer_first const& layout, std::int64_t host)
+  {
+    if constexpr (controller::tiers_type::size == 3) {
+      memory_file_store file{geo, 2 * host};
+      file.fail_one_in = 6;  // I/O errors: failed loads and demotions
+      return typename controller::tiers_type{device_pool<layer_first>{layout}, host_pool{geo, host}, std::move(file)};
+    } else {
+      return typename controller::tiers_type{device_pool<layer_first>{layout}, host_pool{geo, host}};
     }
   }
   static controller_options options(write_policy p)
@@ -240,9 +300,10 @@ struct engine_run {
     std::int64_t const budget = std::int64_t(8 + rng() % 64);
     batch_plan const plan = cache.schedule({budget, 0, 0, 0});
     auto h = cache.begin_loads(plan);
-    if constexpr (deferred) {  // the engine waits for its loads before it reads them
-      if (h.transfer) {
-        cache.executor().land(*h.transfer, rng, 12);
+    if (h.transfer) {
+      // The engine waits for its loads before it reads them.
+      if constexpr (deferred) { cache.executor().land(*h.transfer, rng, 12); }
+      {
         if (cache.executor().status(*h.transfer) == copy_status::failed) {
           CHECK(cache.complete(h));  // a clean miss: every started request waits again
           for (auto const& s : h.started) {
@@ -431,7 +492,7 @@ namespace {
 template <class Policies>
 void random_loops(std::int64_t sequences, std::int64_t steps)
 {
-  std::int64_t checked = 0, finished = 0, dups = 0, hits_host = 0, failed = 0;
+  std::int64_t checked = 0, finished = 0, dups = 0, hits_host = 0, hits_file = 0, failed = 0;
   for (std::int64_t seq = 0; seq < sequences; ++seq) {
     write_policy const policy = seq % 3 == 0   ? write_policy::write_through
                                 : seq % 3 == 1 ? write_policy::write_back
@@ -474,13 +535,19 @@ void random_loops(std::int64_t sequences, std::int64_t steps)
     finished += e.finished;
     dups += e.duplicates;
     hits_host += s.hit_tokens[1];
+    hits_file += s.hit_tokens[2];
     failed += e.failed_loads;
   }
   WARN("pages checked " << checked << ", finished " << finished << ", duplicates " << dups << ", host hits "
-                        << hits_host << ", requests sent back by failed loads " << failed);
+                        << hits_host << ", file hits " << hits_file << ", requests sent back by failed loads "
+                        << failed);
   CHECK(checked > 1000);
   CHECK(hits_host > 0);  // the host tier served loads
   if (engine_run<Policies>::deferred) { CHECK(failed > 0); }
+  if constexpr (Policies::tiers::size == 3) {
+    CHECK(hits_file > 0);  // the file tier served loads
+    CHECK(failed > 0);     // and some of its reads failed
+  }
 }
 
 }  // namespace
@@ -489,6 +556,15 @@ TEST_CASE("controller: random engine loops serve only the right KV", "[cpu][cont
 {
   bool const quick = std::getenv("STRATA_TEST_QUICK") != nullptr;
   random_loops<policies>(quick ? 500 : 10000, 60);
+}
+
+TEST_CASE("controller: a file tier below the host serves the right KV, and its I/O errors are misses",
+          "[cpu][controller]")
+{
+  // Host pressure demotes to the file tier; loads come back from it through host records; one I/O
+  // in 6 fails (a failed read scribbles its destination).
+  bool const quick = std::getenv("STRATA_TEST_QUICK") != nullptr;
+  random_loops<file_policies>(quick ? 500 : 5000, 60);
 }
 
 TEST_CASE("controller: copies that land late, out of order, or fail never serve wrong KV", "[cpu][controller]")

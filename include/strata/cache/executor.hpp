@@ -12,6 +12,7 @@
 #pragma once
 
 #include <strata/error.hpp>
+#include <strata/layout/page_first.hpp>
 #include <strata/tier/tier.hpp>
 #include <strata/transfer/host_copy.hpp>
 #include <strata/types.hpp>
@@ -99,8 +100,10 @@ void for_each_direction(Tiers& tiers, std::span<copy_order const> orders, F&& f)
 
 /**
  * @brief Runs copy orders at once on the calling thread with `host_copy` (a CPU engine, tests, the
- *        reference the GPU executor is checked against). Both stores of each order must be
- *        `addressable_store`s whose memory the CPU reads and writes.
+ *        reference the GPU executor is checked against). Addressable stores are copied between
+ *        directly (their memory must be the CPU's); a record store (a file tier) is read into, or
+ *        written from, page-first records in host memory, transposed to or from the other side's
+ *        layout as it goes.
  */
 class host_executor {
  public:
@@ -123,12 +126,41 @@ class host_executor {
       detail::for_each_direction(tiers, orders, [&](auto& src, auto& dst, std::span<page_pair const> pairs) {
         using S = std::remove_cvref_t<decltype(src)>;
         using D = std::remove_cvref_t<decltype(dst)>;
+        kv_geometry const g = src.geometry();
         if constexpr (addressable_store<S> && addressable_store<D>) {
-          auto const g = src.geometry();
           host_copy{}.copy(copy_plan{src.layout(), dst.layout(), pairs, layer_range::all(g)});
+        } else if constexpr ((addressable_store<S> || record_store<S>)&&(addressable_store<D> || record_store<D>)) {
+          // Through page-first records in host memory: record i holds pair i.
+          std::int64_t const n = std::int64_t(pairs.size());
+          bounce_.resize(std::size_t(n * g.page_bytes()));
+          page_first const records{bounce_.data(), g, n};
+          auto const count = static_cast<std::size_t>(n);
+          std::vector<std::byte*> at(count);
+          std::vector<std::int64_t> from(count), to(count);
+          std::vector<page_pair> in(count), out(count);
+          for (std::int64_t i = 0; i < n; ++i) {
+            at[std::size_t(i)] = records.page_data(i);
+            from[std::size_t(i)] = pairs[std::size_t(i)].src;
+            to[std::size_t(i)] = pairs[std::size_t(i)].dst;
+            in[std::size_t(i)] = {pairs[std::size_t(i)].src, i};
+            out[std::size_t(i)] = {i, pairs[std::size_t(i)].dst};
+          }
+          if constexpr (record_store<S>) {
+            STRATA_EXPECTS(src.read(from, at), "host_executor: reading ", n, " records from the ", to_string(S::kind),
+                           " tier failed");
+          } else {
+            host_copy{}.copy(copy_plan{src.layout(), records, std::span<page_pair const>{in}, layer_range::all(g)});
+          }
+          if constexpr (record_store<D>) {
+            std::vector<std::byte const*> const sources(at.begin(), at.end());
+            STRATA_EXPECTS(dst.write(to, sources), "host_executor: writing ", n, " records to the ", to_string(D::kind),
+                           " tier failed");
+          } else {
+            host_copy{}.copy(copy_plan{records, dst.layout(), std::span<page_pair const>{out}, layer_range::all(g)});
+          }
         } else {
           STRATA_EXPECTS(false, "host_executor: no copy between the ", to_string(S::kind), " and ", to_string(D::kind),
-                         " tiers (both need a layout)");
+                         " tiers (each needs a layout or records)");
         }
       });
     } catch (invalid_argument const&) {
@@ -147,6 +179,7 @@ class host_executor {
 
  private:
   std::int64_t submissions_ = 0;
+  std::vector<std::byte> bounce_;  // page-first records to and from record stores
 };
 
 }  // namespace strata
