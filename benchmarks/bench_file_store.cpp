@@ -6,7 +6,8 @@
 // and then the same number of payload bytes through one file with `pread`/`pwrite` of 64 MiB
 // (the same O_DIRECT setting): `GB/s` is the store's rate, `seq_GB/s` the reference's,
 // `vs_seq` their ratio. Run with --benchmark_repetitions=5 (the default here) and read the median
-// rows. STRATA_BENCH_DIR picks the directory (default: the system's temporary directory).
+// rows. STRATA_BENCH_DIR picks the directory (default: the system's temporary directory);
+// STRATA_BENCH_IO_THREADS and STRATA_BENCH_MAX_IO_MIB override the store's I/O settings.
 #include <strata/geometry.hpp>
 #include <strata/tier/file_store.hpp>
 
@@ -78,6 +79,8 @@ setup& make_setup(std::string const& name, strata::kv_geometry const& g)
   strata::file_store_options o;
   o.directory = dir.string();
   o.tag = name;
+  if (char const* t = std::getenv("STRATA_BENCH_IO_THREADS")) { o.io_threads = std::atoi(t); }
+  if (char const* m = std::getenv("STRATA_BENCH_MAX_IO_MIB")) { o.max_io_bytes = std::int64_t{std::atoi(m)} << 20; }
   s.store = std::make_unique<strata::file_store>(g, pages, o);
   s.slots = s.store->slots().allocate(pages);
   auto* base = shared_memory();

@@ -634,7 +634,8 @@ class file_store {
         STRATA_EXPECTS_AS(file_store_error, ::ftruncate(fd, 0) == 0, "file_store: cannot truncate ", path, ": ",
                           detail::errno_text(errno));
       }
-      int const e = options_.io.allocate(options_.io.context, fd, 0, bytes);
+      int const e =
+          bytes > 0 ? options_.io.allocate(options_.io.context, fd, 0, bytes) : 0;  // 9 pages in 4 files: 3+3+3+0
       STRATA_EXPECTS_AS(file_store_error, e == 0, "file_store: cannot preallocate ", bytes, " bytes for ", path, ": ",
                         e == ENOSPC ? "no space left on the device" : "", e == ENOSPC ? "" : detail::errno_text(e));
       files_.push_back(std::move(file));
