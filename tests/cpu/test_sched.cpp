@@ -359,13 +359,87 @@ TEST_CASE("strata puts hits before chunked prefills and trims loads the batch ca
     w.deferrals = 2;
   }
   CHECK(strata_scheduler{trimming}.schedule(hits_only.view()).prefills.size() == 3);
-  // Balance off: the longest_prefix order.
-  CHECK(ids_of(strata_scheduler{{.balance = false}}.schedule(f.view())).front() == request_id{1});
+  // On longest_prefix's order, balance off: the chunk first.
+  auto const prefix_order = strata_order::longest_prefix;
+  CHECK(ids_of(strata_scheduler{{.order = prefix_order, .balance = false}}.schedule(f.view())).front() ==
+        request_id{1});
   // No short share: the chunk goes first again, with the whole budget.
-  auto const trim_only = strata_scheduler{{.max_postponements = 2, .short_percent = 0}}.schedule(f.view());
+  auto const trim_only =
+      strata_scheduler{{.order = prefix_order, .max_postponements = 2, .short_percent = 0}}.schedule(f.view());
   REQUIRE(!trim_only.prefills.empty());
   CHECK(trim_only.prefills.front().id == request_id{1});
   CHECK(trim_only.prefills.front().chunk_tokens == 8192);
+}
+
+TEST_CASE("strata ranks by remaining work per request served, and serves requests past their deadline first",
+          "[cpu][sched]")
+{
+  fixture f;
+  auto const doc = pages(1000, 100);
+  f.cache(doc, false);
+  f.wait(pages(1, 120), 120 * 32);  // 1: a long miss (3,840 tokens)
+  auto hit = doc;
+  hit.push_back(7);
+  f.wait(hit, 101 * 32);        // 2: a hit: 32 tokens to compute
+  f.wait(pages(200, 10), 325);  // 3: a short miss
+  strata_scheduler const s{{.deadline_slack = 0}};
+  CHECK(ids_of(s.schedule(f.view())) == std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}});
+  // The budget goes in that order: with 400 tokens the long miss waits.
+  auto const tight = s.schedule(f.view(400));
+  CHECK(ids_of(tight) == std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}});
+  CHECK(tight.prefills.back().chunk_tokens == 400 - 32 - 325);
+
+  // Smith's rule: a prompt that delay hits wait on carries them. Request 4 computes a 3,000-token
+  // document that five questions (5-9) wait on; request 10 is a 2,000-token miss: 4 goes first.
+  fixture g;
+  auto const shared = pages(50000, 94);
+  auto owner = shared;
+  owner.push_back(1);
+  g.wait(owner, 95 * 32);
+  for (int q = 0; q < 5; ++q) {
+    auto question = shared;
+    question.push_back(std::int32_t(100 + q));
+    g.wait(question, 95 * 32);
+  }
+  g.wait(pages(90000, 62), 62 * 32 + 7);
+  auto v = g.view(4096);
+  for (std::size_t i = 0; i < g.waiting.size(); ++i) {
+    (void)g.tree.mark_in_queue(g.waiting[i].id, g.token_store[i]);  // as the controller marks arrivals
+  }
+  auto const p = strata_scheduler{{.deadline_slack = 0}}.schedule(v);
+  REQUIRE(!p.prefills.empty());
+  CHECK(p.prefills.front().id == request_id{1});
+  CHECK(std::count_if(p.deferred.begin(), p.deferred.end(),
+                      [](deferral const& d) { return d.reason == deferral_reason::delay_hit; }) == 5);
+
+  // Deadlines: a long miss seen when little waited is overdue once more than its work has been
+  // planned for others; it then goes first, within half the budget while others wait.
+  fixture h;
+  h.wait(pages(1, 200), 200 * 32);  // 6,400 tokens
+  strata_scheduler const d{{.deadline_slack = 1}};
+  (void)d.schedule(h.view(1));  // first sight of 1: its deadline is its own work (1 token planned)
+  for (int k = 0; k < 40; ++k) {
+    h.wait(pages(10000 + 100 * k, 10), 320);
+  }
+  auto order_of = [&](batch_plan const& plan) { return ids_of(plan); };
+  auto first = d.schedule(h.view(2048));  // short ones first: 1 is not overdue yet
+  CHECK(order_of(first).front() != request_id{1});
+  for (int round = 0; round < 60 && order_of(first).front() != request_id{1}; ++round) {
+    std::vector<std::size_t> planned;  // the planned ones leave
+    for (auto const& it : first.prefills) {
+      planned.push_back(it.index);
+    }
+    std::sort(planned.rbegin(), planned.rend());
+    for (auto i : planned) {
+      h.waiting.erase(h.waiting.begin() + std::ptrdiff_t(i));
+      h.token_store.erase(h.token_store.begin() + std::ptrdiff_t(i));
+    }
+    first = d.schedule(h.view(2048));
+  }
+  REQUIRE(order_of(first).front() == request_id{1});
+  CHECK(first.prefills.front().chunk_tokens == 1024);  // half the budget while others wait
+  STRATA_REQUIRE_THROWS(invalid_argument, "deadline_slack must be finite and not negative",
+                        strata_scheduler({.deadline_slack = -1}));
 }
 
 TEST_CASE("strategies count a use of the index only for the requests they plan", "[cpu][sched]")

@@ -1,25 +1,54 @@
 /**
  * @file sched/strata_scheduler.hpp
- * @brief Strata's cache-aware strategy: delay-hit deferral, balanced batch formation, bubble filling.
+ * @brief Strata's cache-aware strategy: least remaining work first with deadlines, delay-hit
+ *        deferral, a balanced budget, bubble filling.
  */
 #pragma once
 
 #include <strata/sched/toolkit.hpp>
 
 #include <algorithm>
+#include <limits>
+#include <unordered_map>
 
 namespace strata {
 
+/// @brief The order `strata_scheduler` forms batches in, before its three ideas act.
+enum class strata_order {
+  /// Least predicted remaining work first (load of the cached prefix from lower tiers plus compute
+  /// of the uncached tokens: cache-aware SRPT), with a deadline per request so that none starves.
+  remaining_work,
+  /// longest_prefix's order (SGLang's default, arrival order beyond `max_sorted` waiting) among the
+  /// oldest `window`: the strategy before issue 11, kept for comparison.
+  longest_prefix,
+};
+
 /// @brief Switches and limits of `strata_scheduler`.
 struct strata_options {
+  strata_order order = strata_order::remaining_work;  ///< the base order
+  /// With `remaining_work`: when first seen, a request gets a deadline `deadline_slack` times the
+  /// predicted prefill work of every request then waiting that arrived no later (its own
+  /// included) ahead on the strategy's own clock, the predicted work of the plans it made: with 1,
+  /// when first-come-first-served would have finished it. A request past its deadline goes first
+  /// (earliest deadline first; with balance, within half the budget), so the remaining-work order
+  /// never holds a prompt much beyond `deadline_slack` times its first-come-first-served wait
+  /// (0: no deadlines, plain remaining work). The default, 4, measured in docs/simulation.md: 1
+  /// and 2 degrade to first-come-first-served in transient overloads (multi-turn at 95%: p90
+  /// 5–8x longest_prefix's), while 0 lets long-document p99 grow by 40% over longest_prefix's.
+  double deadline_slack = 4.0;
   bool delay_hits = true;  ///< defer a request whose prefix another is computing; it runs as a hit
-  bool balance = true;     ///< pair load-heavy with compute-heavy requests so loads hide under compute
-  bool bubbles = true;     ///< run decode steps while a batch waits for its loads (`cost_model::stall_s`)
+  /// Share the budget so that neither of two classes starves: with `remaining_work`, requests past
+  /// their deadline take at most half the budget while others wait; with `longest_prefix` order,
+  /// short prefills ride beside chunked prefills under way (see `short_percent`)
+  bool balance = true;
+  bool bubbles = true;  ///< run decode steps while a batch waits for its loads (`cost_model::stall_s`)
   /// With balance on, load trimming: rounds a load-heavy request may be passed over while the batch
   /// loads longer than it computes (0, the default: never; measured in docs/simulation.md, it moved
   /// mean TTFT by under 1% and raised multi-turn's p90 by 2.3%: it postpones loads, it hides none).
   int max_postponements = 0;
-  std::size_t window = 128;  ///< oldest waiting requests considered per round
+  /// Oldest waiting requests considered per round (with `longest_prefix` order; `remaining_work`
+  /// ranks every waiting request, it would otherwise not be SRPT).
+  std::size_t window = 128;
   /// Longest queue ordered by cached prefix; beyond it, arrival order (longest_prefix's fallback,
   /// so that what strata adds to longest_prefix is its three ideas only).
   std::size_t max_sorted = 128;
@@ -32,12 +61,22 @@ struct strata_options {
 /**
  * @brief The Strata strategy.
  *
- * Built on longest_prefix's order (SGLang's default: longest cached prefix first, arrival order
- * beyond `max_sorted` waiting), among the oldest `window` waiting requests:
+ * By default (`strata_order::remaining_work`) built on cache-aware least-remaining-work order: each
+ * waiting request is probed and ranked by its predicted load from lower tiers plus the compute of
+ * its uncached tokens, divided by the number of requests it serves (itself and the delay hits
+ * waiting for its prefix: Smith's rule, so a prompt whose prefix others wait on carries them);
+ * requests past their deadline (`deadline_slack`) go first, earliest deadline first, so that none
+ * starves. With `balance`, those take at most half the budget while others wait.
+ *
+ * With `strata_order::longest_prefix` (the strategy before issue 11), built on longest_prefix's
+ * order (SGLang's default: longest cached prefix first, arrival order beyond `max_sorted`
+ * waiting), among the oldest `window` waiting requests, with balance as below.
+ *
+ * On either order:
  * - delay hits: a request whose prefix matches another request's transient prefix of at least the
  *   index's delay-hit threshold is deferred instead of computing the same prefix twice, and goes
  *   first in a later round, when it runs as a hit;
- * - balance: short prefills (cache hits, short prompts: up to `short_percent` of the budget) go
+ * - balance (longest_prefix order): short prefills (cache hits, short prompts: up to `short_percent` of the budget) go
  *   before chunked prefills under way, taking at most half the budget, so that a hit rides with a
  *   long prompt's compute instead of waiting for all its chunks; optionally (`max_postponements`
  *   > 0), while the batch loads longer than it computes, load-heavy requests beyond the first wait
@@ -63,6 +102,8 @@ class strata_scheduler {
     STRATA_EXPECTS(options.window > 0, "strata_scheduler: window must be positive");
     STRATA_EXPECTS(options.short_percent >= 0 && options.short_percent <= 100,
                    "strata_scheduler: short_percent must be in [0, 100], got ", options.short_percent);
+    STRATA_EXPECTS(options.deadline_slack >= 0 && options.deadline_slack < std::numeric_limits<double>::infinity(),
+                   "strata_scheduler: deadline_slack must be finite and not negative, got ", options.deadline_slack);
   }
 
   /// @brief The options.
@@ -84,7 +125,7 @@ class strata_scheduler {
     for (std::size_t i = 0; i < v.waiting.size(); ++i) {
       if (v.waiting[i].started) {
         started.push_back(i);
-      } else if (fresh.size() < options_.window) {
+      } else if (fresh.size() < options_.window || options_.order == strata_order::remaining_work) {
         fresh.push_back(i);
         matches[i] = v.tree->probe(v.waiting[i].tokens);
       }
@@ -110,30 +151,47 @@ class strata_scheduler {
         }
       }
     }
-    // Order: delay-hit deferrals (they now run as hits), then short prefills (hits and short
-    // prompts), then chunked prefills under way, then long ones; longest cached prefix first within.
     std::int64_t const short_tokens = std::max<std::int64_t>(1, v.token_budget * options_.short_percent / 100);
+    std::vector<std::size_t> order;
+    std::vector<char> overdue(v.waiting.size(), 0);  // remaining_work order: past their deadline
     auto rank = [&](std::size_t i) {
       if (v.waiting[i].delay_hit_deferred) { return 0; }
       std::int64_t const rest = v.waiting[i].prompt_tokens - cached_tokens_of(v, i, matches[i]);
       return options_.balance && options_.short_percent > 0 && rest <= short_tokens ? 1 : 3;
     };
-    bool const by_prefix = v.waiting.size() <= options_.max_sorted;
-    std::stable_sort(fresh.begin(), fresh.end(), [&](std::size_t a, std::size_t b) {
-      if (rank(a) != rank(b)) { return rank(a) < rank(b); }
-      return by_prefix && matches[a].tokens > matches[b].tokens;
-    });
-    std::vector<std::size_t> order;
-    std::size_t f = 0;
-    while (f < fresh.size() && rank(fresh[f]) < 3) {
-      order.push_back(fresh[f++]);
+    if (options_.order == strata_order::remaining_work) {
+      order = remaining_work_order(v, fresh, started, matches, overdue);
+    } else {
+      // Order: delay-hit deferrals (they now run as hits), then short prefills (hits and short
+      // prompts), then chunked prefills under way, then long ones; longest cached prefix first within.
+      bool const by_prefix = v.waiting.size() <= options_.max_sorted;
+      std::stable_sort(fresh.begin(), fresh.end(), [&](std::size_t a, std::size_t b) {
+        if (rank(a) != rank(b)) { return rank(a) < rank(b); }
+        return by_prefix && matches[a].tokens > matches[b].tokens;
+      });
+      std::size_t f = 0;
+      while (f < fresh.size() && rank(fresh[f]) < 3) {
+        order.push_back(fresh[f++]);
+      }
+      order.insert(order.end(), started.begin(), started.end());
+      order.insert(order.end(), fresh.begin() + std::ptrdiff_t(f), fresh.end());
     }
-    order.insert(order.end(), started.begin(), started.end());
-    order.insert(order.end(), fresh.begin() + std::ptrdiff_t(f), fresh.end());
 
-    // Short requests take at most half the budget while longer ones wait: no starvation.
+    // One class of requests takes at most half the budget while the others wait, so that neither
+    // starves: with longest_prefix's order (balance), short prefills beside long ones; with the
+    // remaining-work order, requests past their deadline beside the rest (SRPT keeps half).
+    bool const by_work = options_.order == strata_order::remaining_work;
     std::int64_t const short_share = v.token_budget / 2;
     std::int64_t short_used = 0;
+    bool long_waiting = !started.empty();
+    std::size_t n_overdue = 0;
+    for (std::size_t i : fresh) {
+      long_waiting = long_waiting || rank(i) == 3;
+    }
+    for (std::size_t i : order) {
+      n_overdue += overdue[i] != 0;
+    }
+    bool const others_waiting = by_work ? n_overdue < order.size() : long_waiting;
     bool memory_full = false;
     std::vector<std::size_t> capped;
     for (std::size_t i : order) {
@@ -151,9 +209,9 @@ class strata_scheduler {
         }
         continue;
       }
-      bool const is_short = options_.balance && !r.started && rank(i) < 3;  // the short share is balance's
-      std::int64_t const cap =
-          is_short && started.size() + (fresh.size() - f) > 0 ? std::min(budget, short_share - short_used) : budget;
+      bool const is_short =
+          by_work ? overdue[i] != 0 : options_.balance && !r.started && rank(i) < 3;  // the short share is balance's
+      std::int64_t const cap = is_short && others_waiting ? std::min(budget, short_share - short_used) : budget;
       if (cap <= 0) {
         capped.push_back(i);  // may still get what the long ones leave
         continue;
@@ -170,8 +228,7 @@ class strata_scheduler {
     // Budget the long ones left unused goes to the short ones that were capped.
     for (std::size_t i : capped) {
       waiting_request const& r = v.waiting[i];
-      prefill_item const it =
-          budget > 0 && !memory_full ? size_item(v, i, budget, &matches[i]) : prefill_item{};
+      prefill_item const it = budget > 0 && !memory_full ? size_item(v, i, budget, &matches[i]) : prefill_item{};
       if (budget <= 0 || memory_full || it.new_pages > memory) {
         memory_full = memory_full || (budget > 0 && it.new_pages > memory);
         plan.deferred.push_back({i, r.id, budget <= 0 ? deferral_reason::budget : deferral_reason::memory, {}});
@@ -181,6 +238,9 @@ class strata_scheduler {
     }
     if (options_.balance) { trim_loads(v, plan, loads); }
     plan = match_plan(v, std::move(plan));
+    for (auto const& it : plan.prefills) {
+      served_s_ += item_load_s(v, it) + item_compute_s(v, it);
+    }
     // Bubble filling: decode steps in the batch's stall (the GPU waiting for loads).
     if (options_.bubbles && v.running_sequences > 0 && !plan.prefills.empty()) {
       double const stall = v.costs->stall_s(plan.predicted_load_s, plan.predicted_compute_s);
@@ -195,6 +255,85 @@ class strata_scheduler {
   }
 
  private:
+  /// Predicted seconds of work left for waiting request `i` whose probe is `m`: its load from lower
+  /// tiers plus the compute of its uncached tokens (a chunked prefill under way: its rest). A delay
+  /// hit counts the prefix another request computes as cached: that work is the other's.
+  static double remaining_s(scheduler_view const& v, std::size_t i, match_result const& m)
+  {
+    waiting_request const& r = v.waiting[i];
+    if (r.started) { return v.costs->prefill_s(r.prompt_tokens - r.prefilled_tokens, r.prefilled_tokens); }
+    std::int64_t cached = cached_tokens_of(v, i, m);
+    if (m.delay_hit && m.transient_owner != r.id) {
+      cached = std::min(r.prompt_tokens - 1, cached + m.transient_tokens);
+    }
+    return v.costs->load_s(load_pages_of(v, m)) + v.costs->prefill_s(r.prompt_tokens - cached, cached);
+  }
+
+  /**
+   * The remaining-work order with deadlines: delay-hit deferrals first (they now run as hits), then
+   * requests past their deadline (earliest first), then the rest by predicted remaining work per
+   * request served (arrival order breaks ties); `overdue` marks the second group. The deadlines'
+   * clock is the predicted work of the plans made so far, not time: the view carries no time, and
+   * decode steps between batches would otherwise count as waiting that first-come-first-served
+   * order would not have avoided.
+   */
+  std::vector<std::size_t> remaining_work_order(scheduler_view const& v, std::vector<std::size_t> const& fresh,
+                                                std::vector<std::size_t> const& started,
+                                                std::vector<match_result> const& matches,
+                                                std::vector<char>& overdue) const
+  {
+    std::vector<std::size_t> all = started;
+    all.insert(all.end(), fresh.begin(), fresh.end());
+    std::sort(all.begin(), all.end());  // arrival order
+    std::vector<double> rest(v.waiting.size(), 0);
+    for (std::size_t i : all) {
+      rest[i] = remaining_s(v, i, matches[i]);
+    }
+    // Deadlines of requests seen for the first time; forget those that left.
+    std::unordered_map<std::uint64_t, double> deadlines;
+    deadlines.reserve(all.size());
+    double ahead = 0;  // predicted work of the requests waiting now that arrived no later
+    for (std::size_t i : all) {
+      ahead += rest[i];
+      auto const known = deadlines_.find(v.waiting[i].id.value);
+      double const d = known != deadlines_.end() ? known->second : served_s_ + options_.deadline_slack * ahead;
+      deadlines.emplace(v.waiting[i].id.value, d);
+    }
+    deadlines_ = std::move(deadlines);
+    // A request others wait on as delay hits carries them: its deadline is the earliest of theirs and
+    // its own, and its rank is its work per request it serves (Smith's rule: the order that
+    // minimizes mean completion time when finishing one job finishes several).
+    std::unordered_map<std::uint64_t, std::size_t> position;
+    position.reserve(all.size());
+    for (std::size_t i : all) {
+      position.emplace(v.waiting[i].id.value, i);
+    }
+    std::vector<double> weight(v.waiting.size(), 1.0), deadline(v.waiting.size(), 0.0);
+    for (std::size_t i : all) {
+      deadline[i] = deadlines_.at(v.waiting[i].id.value);
+    }
+    for (std::size_t i : all) {
+      match_result const& m = matches[i];
+      if (v.waiting[i].started || !m.delay_hit || m.transient_owner == v.waiting[i].id) { continue; }
+      auto const owner = position.find(m.transient_owner.value);
+      if (owner == position.end()) { continue; }
+      weight[owner->second] += 1;
+      deadline[owner->second] = std::min(deadline[owner->second], deadline[i]);
+    }
+    bool const aging = options_.deadline_slack > 0;
+    auto key = [&](std::size_t i) {
+      waiting_request const& r = v.waiting[i];
+      if (r.delay_hit_deferred && !r.started) { return std::pair{0, 0.0}; }
+      if (aging && deadline[i] <= served_s_) { return std::pair{1, deadline[i]}; }
+      return std::pair{2, rest[i] / weight[i]};
+    };
+    std::stable_sort(all.begin(), all.end(), [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
+    for (std::size_t i : all) {
+      overdue[i] = key(i).first == 1;
+    }
+    return all;
+  }
+
   /**
    * Load trimming: while the batch loads longer than it computes, the lowest-priority request that
    * loads more than it computes waits for a later batch (never the only one, never one already
@@ -226,6 +365,8 @@ class strata_scheduler {
   }
 
   strata_options options_;
+  mutable double served_s_ = 0;  // predicted prefill work (load + compute) of every plan made: the deadlines' clock
+  mutable std::unordered_map<std::uint64_t, double> deadlines_;  // request -> deadline (remaining_work order)
 };
 static_assert(scheduler_strategy<strata_scheduler>);
 

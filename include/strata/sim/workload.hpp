@@ -384,7 +384,8 @@ inline constexpr double max_arrival_s = 1e9;
  * each page keyed by its parent page's id and its exact content (32 token ids, or a block id and
  * the page's position in the block): equal prefixes get equal ids and different prefixes never
  * share one. A Mooncake block is `mooncake_block_tokens / page_tokens` pages; a request gets the
- * whole pages of its `input_length` (a partial last block gives its whole pages). Page ids given
+ * whole pages of its `input_length` (a partial last block gives its whole pages; a prompt shorter
+ * than a page is padded to one, since the controller caches whole pages and needs one). Page ids given
  * as such (`"pages"`, `ids_are_pages`) are taken as they are: do not mix them with token ids or
  * Mooncake lines in one trace.
  *
@@ -517,6 +518,8 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
                          max_request_tokens, " ids");
         }
         if (mooncake) {
+          // A prompt shorter than a page is padded to one: the controller needs a whole page.
+          prompt = std::max(prompt, page_tokens);
           r.own = block_pages(ids, prompt);
           r.prompt_tokens = prompt;
         } else if (pages) {
