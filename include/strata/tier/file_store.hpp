@@ -162,7 +162,7 @@ struct fnv1a {
 /// @brief 4 KiB-aligned memory.
 struct aligned_buffer {
   struct deleter {
-    void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{file_alignment}); }
+    void operator()(std::byte* q) const noexcept { ::operator delete (q, std::align_val_t{file_alignment}); }
   };
   std::unique_ptr<std::byte, deleter> p;
   std::size_t size = 0;
