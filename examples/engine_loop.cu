@@ -218,6 +218,7 @@ struct engine {
     m.set_batch(read, write, tokens, compute);
     for (std::int64_t l = 0; l < geo.layers; ++l) {
       if (!wait_layer(loads, l, compute)) {  // loads failed: the controller requeues the requests
+        STRATA_CUDA_TRY(cudaStreamSynchronize(compute));  // the batch's staging copies are done with
         (void)cache.complete(loads);
         return {};
       }

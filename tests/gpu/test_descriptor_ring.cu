@@ -184,6 +184,12 @@ TEST_CASE("transfers in flight together on one backend, on two streams, with tho
 
 TEST_CASE("a ring whose device allocation fails is left as it was", "[gpu][ring]")
 {
+  // Fills the device on purpose: not under compute-sanitizer (refused allocations count as errors
+  // there, and the tool needs device memory of its own).
+  if (std::getenv("STRATA_GPU_TEST_QUICK") != nullptr) {
+    WARN("skipped under STRATA_GPU_TEST_QUICK: fills device memory");
+    return;
+  }
   detail::descriptor_ring ring;
   (void)ring.acquire(1024);
   REQUIRE(ring.size() == std::size_t{1} << 20);

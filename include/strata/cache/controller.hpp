@@ -37,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -111,20 +112,28 @@ template <class Handle>
 struct load_handle {
   std::uint64_t round = 0;                              ///< the plan it executes
   std::vector<prefill_item> ran;                        ///< items that run (started or continued)
-  std::vector<prefill_item> skipped;                    ///< first chunks that found no device memory
+  std::vector<prefill_item> skipped;                    ///< first chunks that could not start (see `begin_loads`)
   std::vector<started_request> started;                 ///< first chunks started, with their hits
   std::array<std::int64_t, tier_count> loaded_pages{};  ///< pages the loads bring, per source tier
   std::optional<Handle> transfer;                       ///< the executor's submission (none: no loads)
-  std::uint64_t submission = 0;                         ///< the controller's number for it
+  /// Earlier batches' loads still filling pages this batch reads (their prefixes were on their way
+  /// to the device): wait for them as for `transfer`.
+  std::vector<Handle> after;
+  std::uint64_t submission = 0;  ///< the controller's number for it
   [[nodiscard]] bool has_loads() const noexcept { return transfer.has_value(); }
 };
 
 /// @brief What `finish_prefill` found.
+/// @tparam Handle the executor's handle type
+template <class Handle>
 struct prefill_result {
   /// Whole-page positions of the prompt that the request computed although the index already held
   /// them when it committed (another request computed the same pages meanwhile): the page table now
   /// points at the index's copy and the request's own page was freed.
   std::vector<std::int64_t> duplicate_positions;
+  /// Loads still filling pages the page table now points at (duplicates swapped for pages another
+  /// batch is loading): wait for them before reading the table.
+  std::vector<Handle> after;
 };
 
 /// @brief Counters since construction.
@@ -280,7 +289,8 @@ class cache_controller {
    * @brief Carries out `plan` (the last `schedule`'s): holds device pages for each first chunk
    *        (evicting under pressure), locks cached prefixes, submits the loads of the whole batch in
    *        one executor submission on `stream`, and advances every item's prefill. First chunks that
-   *        find no device memory are skipped (they wait for a later round).
+   *        find no device memory, whose prefix another request began computing since the plan was
+   *        made, or whose cached node is gone, are skipped (they wait for a later round).
    * @throw strata::invalid_argument for a plan that is not the last one scheduled, or one already begun
    */
   [[nodiscard]] load_handle_type begin_loads(batch_plan const& plan, stream_type stream = {})
@@ -291,12 +301,18 @@ class cache_controller {
     begun_ = plan.round;
     load_handle_type h;
     h.round = plan.round;
-    // Hold every cached prefix of the batch first, so that one request's allocation cannot evict another's.
+    // Hold every cached prefix of the batch first, so that one request's allocation cannot evict
+    // another's. A first chunk whose cached node is gone (a strategy that sized it from a probe and
+    // did not `match_plan`) is skipped: it is sized again next round.
     for (auto const& it : plan.prefills) {
-      if (it.first_chunk) { tree_.lock(it.cached_node, tier::device); }
+      if (it.first_chunk && tree_.alive(it.cached_node)) { tree_.lock(it.cached_node, tier::device); }
     }
     std::vector<copy_order> loads;
     for (auto const& it : plan.prefills) {
+      if (it.first_chunk && !tree_.alive(it.cached_node)) {
+        h.skipped.push_back(it);
+        continue;
+      }
       if (it.first_chunk && !start(it, stream, h, loads)) {
         tree_.unlock(it.cached_node, tier::device);
         h.skipped.push_back(it);
@@ -317,9 +333,22 @@ class cache_controller {
       waiting_.erase(waiting_.begin() + std::ptrdiff_t(i));
       waiting_state_.erase(waiting_state_.begin() + std::ptrdiff_t(i));
     }
+    // Pages this batch reads that an earlier batch's loads are still filling: the engine waits for
+    // those loads too.
+    std::vector<std::int64_t> read;
+    for (auto const& st : h.started) {
+      auto const& prefix = requests_.at(st.id)->prefix;
+      read.insert(read.end(), prefix.begin(), prefix.end());
+    }
+    h.after = pending_loads_under(read);
     if (!loads.empty()) {
       h.transfer = submit_orders(std::move(loads), copy_kind::load, stream, &h.started);
       h.submission = inflight_.back().id;
+      for (auto const& o : inflight_.back().orders) {
+        for (auto p : o.to_pages) {
+          arriving_[p] = h.submission;
+        }
+      }
     }
     return h;
   }
@@ -375,13 +404,13 @@ class cache_controller {
    *        freed), backups follow the write policy (submitted on `stream`, after the work there).
    * @throw strata::invalid_argument for an unknown request, or one whose last chunk has not run
    */
-  prefill_result finish_prefill(request_id id, stream_type stream = {})
+  prefill_result<handle_type> finish_prefill(request_id id, stream_type stream = {})
   {
     std::lock_guard lock{m_};
     state& s = live(id, "finish_prefill");
     STRATA_EXPECTS(s.at == stage::prefilled, "cache_controller::finish_prefill: request ", id.value,
                    s.at == stage::running ? " finished its prefill already" : " has prompt chunks left to run");
-    prefill_result out;
+    prefill_result<handle_type> out;
     std::int64_t const n = whole_pages(s);
     std::vector<std::int64_t> table = tree_.path_pages(s.node, tier::device, /*arriving_too=*/true);
     table.insert(table.end(), s.computed.begin(), s.computed.end());
@@ -409,6 +438,7 @@ class cache_controller {
     tree_.unlock(s.node, tier::device);
     s.node = r.node;
     s.prefix = tree_.path_pages(r.node, tier::device, /*arriving_too=*/true);
+    out.after = pending_loads_under(s.prefix);
     s.at = stage::running;
     for (auto k : s.computing_keys) {
       unmarked_computing_.erase(k);
@@ -706,6 +736,20 @@ class cache_controller {
     return true;
   }
 
+  /// The pending load submissions filling any of `pages`.
+  std::vector<handle_type> pending_loads_under(std::span<std::int64_t const> pages) const
+  {
+    std::set<std::uint64_t> ids;
+    for (auto p : pages) {
+      if (auto const it = arriving_.find(p); it != arriving_.end()) { ids.insert(it->second); }
+    }
+    std::vector<handle_type> out;
+    for (auto const& sub : inflight_) {
+      if (ids.count(sub.id) != 0) { out.push_back(sub.handle); }
+    }
+    return out;
+  }
+
   /// Hands queued backups and demotions to the executor.
   void submit_queued(stream_type stream)
   {
@@ -752,40 +796,47 @@ class cache_controller {
     if (st == copy_status::done) {
       for (auto const& o : sub.orders) {
         release_device(tree_.complete(o.id));
+        if (o.to == tier::device) {
+          for (auto p : o.to_pages) {
+            arriving_.erase(p);
+          }
+        }
       }
       return true;
     }
     ++stats_.failed_transfers;
-    // A running request already read the failed pages: it keeps them (freed with it) and is marked
-    // failed. Every other reader starts over.
-    std::vector<std::int64_t> kept;
-    for (auto id : sub.requests) {
-      auto const it = requests_.find(id);
-      if (it == requests_.end() || it->second->at != stage::running) { continue; }
-      it->second->failed = true;
-      kept.insert(kept.end(), it->second->prefix.begin(), it->second->prefix.end());
-    }
+    std::set<std::int64_t> lost;  // device pages the failed copy was filling
     for (auto const& o : sub.orders) {
       release_device(tree_.cancel(o.id));
       if (o.to != tier::device) { continue; }
-      for (auto p : o.to_pages) {  // the failed load's destination
-        if (std::find(kept.begin(), kept.end(), p) == kept.end()) {
-          tiers_.device().slots().release(std::span<std::int64_t const>{&p, 1});
-          continue;
-        }
-        for (auto id : sub.requests) {
-          auto const it = requests_.find(id);
-          if (it != requests_.end() && it->second->at == stage::running &&
-              std::find(it->second->prefix.begin(), it->second->prefix.end(), p) != it->second->prefix.end()) {
-            it->second->extra.push_back(p);
-            break;
-          }
-        }
+      for (auto p : o.to_pages) {
+        lost.insert(p);
+        arriving_.erase(p);
       }
     }
-    for (auto id : sub.requests) {
-      auto const it = requests_.find(id);
-      if (it != requests_.end() && it->second->at != stage::running) { requeue(id); }
+    // Every live request whose page table holds a lost page — the batch's, or a later one that found
+    // the pages on their way — read garbage: a running one keeps those pages (freed with it) and is
+    // marked failed; any other starts over, as does every first chunk of the failed batch.
+    std::vector<request_id> again;
+    for (auto& [id, r] : requests_) {
+      bool const reads = std::any_of(r->prefix.begin(), r->prefix.end(), [&](auto p) { return lost.count(p) != 0; });
+      bool const reader = std::find(sub.requests.begin(), sub.requests.end(), id) != sub.requests.end();
+      if (!reads && !reader) { continue; }
+      if (r->at != stage::running) {
+        again.push_back(id);
+        continue;
+      }
+      r->failed = true;
+      for (auto p : r->prefix) {
+        if (lost.erase(p) != 0) { r->extra.push_back(p); }
+      }
+    }
+    for (auto p : lost) {
+      tiers_.device().slots().release(std::span<std::int64_t const>{&p, 1});
+    }
+    std::sort(again.begin(), again.end());
+    for (auto id : again) {
+      requeue(id);
     }
     return true;
   }
@@ -932,7 +983,8 @@ class cache_controller {
   std::vector<submission> inflight_;
   std::vector<copy_order> queued_;
   std::unordered_map<request_id, std::vector<request_id>, request_hash> blocked_;  // owner -> waiting on its mark
-  std::unordered_map<std::uint64_t, request_id> unmarked_computing_;               // see claim_unmarked
+  std::unordered_map<std::uint64_t, request_id> unmarked_computing_;               // see computed_elsewhere
+  std::unordered_map<std::int64_t, std::uint64_t> arriving_;  // device page -> load submission filling it
   std::uint64_t round_ = 0;
   std::uint64_t begun_ = 0;
   std::uint64_t submissions_ = 0;

@@ -452,24 +452,29 @@ struct gpu_policies {
 };
 
 /**
- * @brief Makes `stream` wait until `layer` of a batch's loads has landed (nothing to wait for when
- *        the batch loads nothing).
- * @return false when the loads failed: the batch's started requests must not read their cached
+ * @brief Makes `stream` wait until `layer` of a batch's loads has landed, and of the earlier loads
+ *        still filling pages the batch reads (`load_handle::after`); nothing to wait for when there
+ *        are none.
+ * @return false when one of them failed: the batch's started requests must not read their cached
  *         pages (call `complete`/`poll`: the controller sends them back to wait)
  * @throw strata::invalid_argument for a layer outside the model; strata::cuda_error from CUDA
  */
 inline bool wait_layer(load_handle<transfer_handle> const& loads, std::int64_t layer, cuda::stream_ref stream)
 {
-  if (!loads.transfer) { return true; }
-  transfer_handle const& h = *loads.transfer;
-  if (h.failed()) { return false; }
-  try {
-    h.wait_layer(layer, stream);
-  } catch (...) {
-    if (h.failed()) { return false; }  // enqueueing failed on the submit thread meanwhile
-    throw;
+  auto wait_one = [&](transfer_handle const& h) {
+    if (h.failed()) { return false; }
+    try {
+      h.wait_layer(layer, stream);
+    } catch (...) {
+      if (h.failed()) { return false; }  // enqueueing failed on the submit thread meanwhile
+      throw;
+    }
+    return true;
+  };
+  for (auto const& h : loads.after) {
+    if (!wait_one(h)) { return false; }
   }
-  return true;
+  return !loads.transfer || wait_one(*loads.transfer);
 }
 
 }  // namespace strata

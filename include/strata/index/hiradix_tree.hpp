@@ -274,6 +274,12 @@ class hiradix_tree {
     return out;
   }
 
+  /// @brief Whether `node` still exists (a `node_ref` goes stale when its node is removed).
+  [[nodiscard]] bool alive(node_ref node) const noexcept
+  {
+    return node.index < nodes_.size() && nodes_[node.index].alive && nodes_[node.index].generation == node.generation;
+  }
+
   /// @brief Whether page `page` of the device, host or file tier belongs to a node (resident, or
   ///        the destination of a pending copy). False for ids out of range and other tiers.
   [[nodiscard]] bool holds(tier t, std::int64_t page) const noexcept

@@ -300,7 +300,7 @@ class engine {
   {
     a.rec->first_token_s = now_;
     --waiting_;
-    prefill_result const r = cache_.finish_prefill(a.req->id);
+    auto const r = cache_.finish_prefill(a.req->id);
     // Pages computed although another request committed them meanwhile: redundant prefill, or an
     // earlier turn's answer cached while this turn computed (multi-turn).
     std::int64_t prefill_duplicates = 0;

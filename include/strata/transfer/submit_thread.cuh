@@ -168,14 +168,18 @@ class submit_thread {
         busy_ = true;
       }
       bool finished = true;
+      cudaStream_t s = nullptr;
       try {
-        cudaStream_t const s = stream_for(*j);
+        s = stream_for(*j);
         if (!j->started) {
           STRATA_CUDA_TRY(cudaStreamWaitEvent(s, j->start.get(), 0));
           j->started = true;
         }
         finished = j->step(s);
       } catch (...) {
+        // Layers enqueued before the failure may still be writing: a failed handle must mean that
+        // nothing of the transfer moves any more (its pages are reused once it is cancelled).
+        if (s != nullptr) { (void)cudaStreamSynchronize(s); }
         j->handle.fail(std::current_exception());
         finished = true;
       }
