@@ -4,7 +4,13 @@
 # and the GPU benchmarks. Results and logs go to $OUT (default: build-gpu/results).
 # STRATA_BUILD_TARGETS limits what is built (default: all).
 #
-#   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [probe] [interference]   (default: tests memcheck bench-quick)
+#   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [engine] [engine-quick] [probe] [interference]
+#                  (default: tests memcheck bench-quick)
+#
+# `engine` runs examples/engine_loop.cu (cache_controller on the GPU beside cuBLAS layers: load
+# bandwidth through the controller vs one contiguous copy, and TTFT of a cached 32K-token document vs
+# load + compute); `engine-quick` a small run of it. The device machine gets the tree without .git:
+# pass STRATA_COMMIT.
 set -uo pipefail
 for arg in "$@"; do
   case $arg in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
@@ -36,7 +42,7 @@ for step in $steps; do
       ;;
     memcheck)
       for t in test_gpu_assisted test_dma test_staged test_pinned_pool test_sm_partition test_descriptor_ring test_checks \
-        test_submit_thread; do
+        test_submit_thread test_controller_gpu; do
         STRATA_GPU_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
           ./build-gpu/tests/$t 2>&1 | tail -n 4 | tee -a "$out/tests.log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
@@ -48,6 +54,11 @@ for step in $steps; do
       ;;
     bench)
       ./build-gpu/benchmarks/gpu/bench_transfer 2>&1 | tee "$out/bench_transfer.md" | tail -n 80
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      ;;
+    engine | engine-quick)  # exits non-zero if a KV word read back was wrong
+      ./build-gpu/examples/engine_loop_gpu $([ "$step" = engine-quick ] && echo --quick) 2>&1 |
+        tee "$out/engine_loop.md" | tail -n 40
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       ;;
     probe) ./build-gpu/benchmarks/gpu/bench_copy_probe 2>&1 | tee "$out/bench_copy_probe.md" ;;
