@@ -13,6 +13,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -138,13 +140,23 @@ double reference_pass(setup& s, bool write)
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
+/// CPU seconds of the whole process (every thread), user and system.
+double process_cpu_s()
+{
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto const s = [](timeval const& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
 enum class op { write, read, read_shuffled };
 
 void run(benchmark::State& state, setup& s, op what)
 {
-  double store_s = 0, ref_s = 0;
+  double store_s = 0, ref_s = 0, store_cpu = 0, ref_cpu = 0;
   std::vector<std::byte const*> sources(s.records.begin(), s.records.end());
   for (auto _ : state) {
+    auto const c0 = process_cpu_s();
     auto const t0 = clock_type::now();
     bool ok = true;
     switch (what) {
@@ -159,11 +171,14 @@ void run(benchmark::State& state, setup& s, op what)
         break;
     }
     double const t = std::chrono::duration<double>(clock_type::now() - t0).count();
+    auto const c1 = process_cpu_s();
     if (!ok) {
       state.SkipWithError(s.store->last_error().c_str());
       return;
     }
     ref_s += reference_pass(s, what == op::write);
+    ref_cpu += process_cpu_s() - c1;
+    store_cpu += c1 - c0;
     store_s += t;
     state.SetIterationTime(t);
   }
@@ -172,6 +187,9 @@ void run(benchmark::State& state, setup& s, op what)
   state.counters["seq_GB/s"] = static_cast<double>(s.bytes) * n / ref_s / 1e9;
   state.counters["vs_seq"] = ref_s / store_s;
   state.counters["MiB"] = static_cast<double>(s.bytes) / (1 << 20);
+  // CPU seconds (all threads, user + system) per GB moved: checksums and copies are the store's extra.
+  state.counters["cpu_s/GB"] = store_cpu / (static_cast<double>(s.bytes) * n / 1e9);
+  state.counters["seq_cpu_s/GB"] = ref_cpu / (static_cast<double>(s.bytes) * n / 1e9);
   state.counters["direct"] = s.store->direct_io() ? 1 : 0;
 }
 
