@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Controller overhead per scheduling round: 1,000 requests waiting on a cache_controller whose index
 // holds about a million pages (1,000 documents of 20K–44K tokens, half on the device and half on
 // the host only), driven the way the simulator drives it (one id per 32-token page, virtual tiers

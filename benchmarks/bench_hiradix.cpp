@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // hiradix_tree: match and insert of a 128K-token prompt (4K pages of 32 tokens) in a tree holding
 // ~1M cached pages of documents with shared prefixes; eviction of 10K pages; index memory per page.
 // Baseline, in the same run: a std::map keyed by (hash of the prefix before the page, the page's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // host_copy between layouts, against memcpy of the same bytes measured in the same run.
 //
 // Each iteration times the plan's copy and then one memcpy of plan.bytes() between two other

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An engine's loop around strata::cache_controller, on the CPU (runs anywhere).
 //
 // Host memory stands in for the GPU's KV pool, `host_executor` moves pages with memcpy, and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An engine's loop around strata::cache_controller<gpu_policies<layer_first>> on the GPU.
 //
 // The "model" is a Llama-3.1-8B-shaped layer (cuBLAS bf16 GEMMs of the batch's new tokens, see

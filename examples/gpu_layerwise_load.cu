@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layer-wise overlap: load a cached prefix from the pinned host pool into an SGLang-style device
 // pool with GPU-assisted I/O, and start each layer's attention as soon as that layer has landed.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layouts and a host copy for a real model's geometry.
 //
 // A Llama-3.1-8B cache in 32-token pages is kept page-first on the host (a page is one 4 MiB

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GEMMs of one Llama-3.1-8B-shaped transformer layer (hidden 4096, GQA with 8 KV heads of 128,
 // MLP 14336) in bf16 through cuBLAS, for `tokens` new tokens: the stand-in for a model in the
 // examples, built as benchmarks/gpu/bench_interference.cu builds its workload (one weight set reused

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds and runs strata's main demo: the simulator on a small long-document workload, comparing
 # fifo, longest_prefix (SGLang's default) and strata. Extra arguments go to the simulator
 # (see `scripts/demo.sh --help`); relative paths in them (--trace, --out) are relative to the folder

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # On a machine with an NVIDIA GPU (sm_90): build everything, run the whole test suite (the [gpu]
 # tests included), compute-sanitizer memcheck on a quick pass of the [gpu] tests, the GPU example,
 # and the GPU benchmarks. Results and logs go to $OUT (default: build-gpu/results).

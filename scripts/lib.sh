@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared by scripts/demo.sh and scripts/test.sh: Debian packages, build folder, parallelism.
 
 # strata_require_packages PKG...: installs the Debian packages that are missing when running as

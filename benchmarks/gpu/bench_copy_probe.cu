@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Probe: which load instruction lets an SM copy kernel read pinned host memory fastest?
 //
 // The library's kernel is a warp per block with 8 16-byte loads in flight per thread. This program

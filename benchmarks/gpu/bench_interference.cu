@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What loads cost the kernels beside them, and whether choose_transfer picks well.
 //
 // Workloads (each captured in a CUDA graph, as engines launch decode): a Llama-3.1-8B-shaped prefill (per layer the QKV, output, gate/up and down GEMMs in

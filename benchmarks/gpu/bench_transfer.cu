@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bandwidth of every backend, loading a context from the pinned host pool into a layer-first GPU
 // pool at random page slots, and backing it up the other way; each figure also as a ratio to one
 // contiguous cudaMemcpyAsync of the same bytes measured in the same run, with the CPU time spent.

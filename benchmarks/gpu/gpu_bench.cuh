@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the GPU benchmarks: timing with CUDA events, medians, thread CPU time, output.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file config.hpp
  * @brief Version, feature macros and the host/device annotation used by every strata header.

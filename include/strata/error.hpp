@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file error.hpp
  * @brief The strata exception hierarchy and the checking macros.

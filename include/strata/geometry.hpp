@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file geometry.hpp
  * @brief `kv_geometry`: the shape of one model's paged KV cache, and the sizes derived from it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file strata.hpp
  * @brief Umbrella header: every public host-only part of strata (device parts are in `.cuh`

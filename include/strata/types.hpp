@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file types.hpp
  * @brief The vocabulary the layers share: storage tiers, request and node identities, transfers,

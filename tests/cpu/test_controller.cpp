@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cache_controller on the CPU: the engine loop with host_executor, KV bytes checked against a
 // content function the controller never sees (every page's bytes derive from the tokens of its
 // prefix), random operation sequences with invariants after every step, bad input at every call,

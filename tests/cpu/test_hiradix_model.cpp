@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Model-based test of hiradix_tree: random operation sequences, each step checked against a plain
 // map from cached page prefixes to per-page state, and the tree's own invariants checked after
 // every step. STRATA_HIRADIX_SEQUENCES overrides the number of sequences (default 100,000).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HiRadixTree: deterministic scenarios, bad input, and a model-based random test against a plain
 // map of cached page prefixes.
 #include "../support/catch.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the [gpu] tests: device/pinned pools of every layout kind, a reference computed from
 // addresses alone, and round trips device -> host -> device through any backend.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every backend that launches the copy kernel rejects before any byte moves: misaligned
 // blocks, segments that are not whole 16-byte vectors, memory the device cannot dereference.
 #include "gpu_support.cuh"

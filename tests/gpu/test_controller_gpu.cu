@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cache_controller<gpu_policies<layer_first>> on the GPU: the engine loop with gpu_executor over every
 // backend (forced one at a time, and the automatic choice beside each GPU activity). Multi-turn
 // requests share documents, the device pool holds about two of them (evictions, demotions and

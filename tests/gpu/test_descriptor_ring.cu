@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The descriptor ring under the backends that use it: regions reused only once the transfers that
 // read them are done (across wraps, growth, several transfers in flight), and a ring that survives
 // a failed growth. Run serially (RUN_SERIAL): one case fills the device's memory on purpose.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "gpu_support.cuh"
 
 #include <strata/tier/pinned_host_pool.cuh>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // submit_thread: loads ahead of backups, owned page lists, the caller's stream priority, errors
 // through the handle; split's per-layer completion through submit and wait_layer.
 #include "gpu_support.cuh"

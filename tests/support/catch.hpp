@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thin compatibility layer over Catch2 2.13 (Debian 12) and Catch2 3 (the GPU machine).
 #pragma once
 

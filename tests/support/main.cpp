@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test runner shared by every test executable (Catch2 2 or 3).
 //
 // Built with STRATA_TEST_NEEDS_GPU, the runner exits with code 77 — which ctest reports as

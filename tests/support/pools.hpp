@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host pools of every layout kind over owned memory, and a row-by-row reference copy, for tests.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file cache/controller.hpp
  * @brief `cache_controller<Policies>`: the one object an engine instantiates. It owns the prefix

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file cache/executor.hpp
  * @brief How the cache controller's copy orders become copies: the `copy_executor` concept, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file cache/gpu_executor.cuh
  * @brief `gpu_executor`: the cache controller's copy orders as GPU transfers, one backend chosen per

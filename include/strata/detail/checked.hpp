@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file detail/checked.hpp
  * @brief 64-bit arithmetic that reports overflow instead of wrapping.

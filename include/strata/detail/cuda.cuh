@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file detail/cuda.cuh
  * @brief RAII owners of CUDA events, streams and allocations, used inside strata's device parts.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file index/hiradix_tree.hpp
  * @brief The prefix index over tiers: which token prefixes are cached where, which are being computed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file layout/engine.hpp
  * @brief The KV pools of real engines: SGLang (MHA and MLA), vLLM, Hugging Face transformers.

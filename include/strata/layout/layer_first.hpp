@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file layout/layer_first.hpp
  * @brief Compute-friendly layer-first layouts: one contiguous pool, or one tensor per (layer, plane).

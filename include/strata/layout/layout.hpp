@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file layout/layout.hpp
  * @brief The `kv_layout` concept: where the bytes of each (page, layer, plane) block live.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file layout/page_first.hpp
  * @brief Transfer-friendly page-first layout: a page is one contiguous record.

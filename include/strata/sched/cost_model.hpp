@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file sched/cost_model.hpp
  * @brief Predicted times: loading pages between tiers, prefill, decode.

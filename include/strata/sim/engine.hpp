@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file sim/engine.hpp
  * @brief Discrete-event simulation of engine instances in virtual time, driving the real

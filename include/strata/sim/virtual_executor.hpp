@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file sim/virtual_executor.hpp
  * @brief The simulator's copy executor: moves no bytes, only decides when each copy lands in

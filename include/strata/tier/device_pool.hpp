@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file tier/device_pool.hpp
  * @brief The device tier: pages of a KV pool the engine owns, described by the engine's layout.

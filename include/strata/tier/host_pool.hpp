@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file tier/host_pool.hpp
  * @brief Host tiers without CUDA: ordinary (pageable) memory in page-first records, for CPU-only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file tier/pinned_host_pool.cuh
  * @brief The host tier's memory: pinned, device-mapped page-first records, allocated in chunks.

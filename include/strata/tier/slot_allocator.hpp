@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file tier/slot_allocator.hpp
  * @brief Page slots of a fixed-capacity store: allocate, release, with all-or-nothing validation.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file tier/tier.hpp
  * @brief What a tier is to the cache controller: a page store with a capacity and one slot

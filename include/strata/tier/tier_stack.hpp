@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file tier/tier_stack.hpp
  * @brief `tier_stack<Tiers...>`: the tiers of one cache, fastest first, as a static set.

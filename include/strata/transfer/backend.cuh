@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/backend.cuh
  * @brief The `transfer_backend` concept, transfer handles with per-layer completion, and the

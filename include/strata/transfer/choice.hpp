@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/choice.hpp
  * @brief Choosing how to move a plan from measured costs and from what the GPU is doing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/copy_plan.hpp
  * @brief What to move: (source page, destination page) pairs over a layer range between two layouts,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/dma_batch.cuh
  * @brief The copy engine through `cudaMemcpyBatchAsync`: many runs per call, resolved at run time

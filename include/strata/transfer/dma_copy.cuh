@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/dma_copy.cuh
  * @brief The copy engine, one `cudaMemcpyAsync` per maximal contiguous run.

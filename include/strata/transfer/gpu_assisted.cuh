@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/gpu_assisted.cuh
  * @brief GPU-assisted I/O: copy kernels confined to a few CTAs that read pinned host memory through

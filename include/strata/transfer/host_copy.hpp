@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/host_copy.hpp
  * @brief The CPU reference transfer: executes any copy plan with `memcpy` over merged runs.

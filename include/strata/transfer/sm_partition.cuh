@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/sm_partition.cuh
  * @brief Green contexts: the device's SMs split into a partition for strata's copy kernels and one

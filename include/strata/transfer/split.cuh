@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/split.cuh
  * @brief One load split between the copy engine (`dma_batch`) and SM copy kernels (`gpu_assisted`),

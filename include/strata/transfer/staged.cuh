@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/staged.cuh
  * @brief The copy engine moves whole page-first records into a GPU staging buffer; an SM kernel

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/submit_thread.cuh
  * @brief A dedicated thread that submits transfers, so that the engine's thread never blocks on a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A consumer of an installed strata: describe a model's cache, move a page on the CPU, and run one
 // request through the cache controller with the default host policies.
 #include <strata/strata.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A CUDA consumer of an installed strata: the device headers compile through strata::cuda.
 #include <strata/strata.hpp>
 

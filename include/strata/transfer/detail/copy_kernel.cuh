@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/detail/copy_kernel.cuh
  * @brief The SM copy kernel behind `gpu_assisted` and `staged`: a warp per block, 16-byte vectors,

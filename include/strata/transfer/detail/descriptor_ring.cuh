@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/detail/descriptor_ring.cuh
  * @brief Paired pinned/device ring buffers for the small arrays kernels read (page pairs): written

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file transfer/detail/kernel_checks.cuh
  * @brief What every backend that launches the copy kernel checks before any byte moves: 16-byte
