@@ -14,7 +14,7 @@
 # pass STRATA_COMMIT.
 set -uo pipefail
 for arg in "$@"; do
-  case $arg in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
+  case $arg in -h | --help) sed -n '3,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 done
 cd "$(dirname "$0")/.."
 out=${OUT:-build-gpu/results}
