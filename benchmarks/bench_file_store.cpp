@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The file tier's page reads and writes against a plain sequential read and write of the same
 // bytes, on the same disk, in the same run.
 //

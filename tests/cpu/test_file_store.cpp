@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The file tier: round trips, restart, injected I/O faults, on-disk corruption, crashes of a
 // writer process (SIGKILL), and a full disk. The rule throughout: a read that returns true gave
 // exactly the bytes last written successfully; everything else is a clean miss.

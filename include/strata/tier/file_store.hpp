@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file tier/file_store.hpp
  * @brief The file tier: one checksummed page-first record per page in preallocated files, read and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * @file tier/detail/crc32c.hpp
  * @brief CRC-32C (Castagnoli), header-only: the SSE4.2 `crc32` instruction when the CPU has it
