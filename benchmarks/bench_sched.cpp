@@ -3,7 +3,7 @@
 // drives it (one id per 32-token page). Four fifths of the waiting requests ask about those
 // documents; one fifth bring new ones. Target: under 100 µs per decision.
 // `longest_prefix` past 128 waiting takes arrival order (SGLang's fallback); `longest_prefix_sorted`
-// measures its sorted path over all 1,000.
+// measures its sorted path over all 1,000; `srpt` and `strata` (remaining-work order) probe all 1,000.
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
 
@@ -115,11 +115,24 @@ BENCHMARK_CAPTURE(decide, longest_prefix, strata::longest_prefix{})
     ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
-BENCHMARK_CAPTURE(decide, longest_prefix_sorted, strata::longest_prefix{.max_sorted = 1000})
+BENCHMARK_CAPTURE(decide, longest_prefix_sorted, strata::longest_prefix_sorted{})
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(decide, sjf, strata::sjf{})
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(decide, srpt, strata::srpt{})
     ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
 BENCHMARK_CAPTURE(decide, strata, strata::strata_scheduler{})
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(decide, strata_on_longest_prefix_order,
+                  strata::strata_scheduler{{.order = strata::strata_order::longest_prefix}})
     ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);

@@ -106,8 +106,8 @@ struct options {
       "                                  or --rate R with --trace: scale arrivals to R requests/s\n"
       "  --strategy fifo|longest_prefix|longest_prefix_sorted|sjf|srpt|strata|all   (default all)\n"
       "  --no-delay-hits --no-balance --no-bubbles          switch strata's ideas off one by one\n"
-      "  --deadline-slack X              strata's deadlines: arrival + X times the work ahead (default 1;\n"
-      "                                  0: none, plain remaining-work order)\n"
+      "  --deadline-slack X              strata's deadlines: X times the first-come-first-served wait\n"
+      "                                  (default 64; 0: none, plain remaining-work order)\n"
       "  --prefix-order                  strata on longest_prefix's order (the strategy before issue 11)\n"
       "  --system gpu_assisted|batched_dma|per_block_dma   transfer system (default gpu_assisted)\n"
       "  --instances N                   engines behind a cache-aware router, 1..%d (default 1)\n"
@@ -466,17 +466,19 @@ summary const& row_of(std::vector<sweep_row> const& rows, std::string const& w, 
   throw std::logic_error("simulate: no sweep row for " + w + " / " + label);
 }
 
-/// strata with one idea switched off at a time, and on the order it had before issue 11.
+/// strata with one idea switched off at a time, with binding deadlines, and on the order it had
+/// before issue 11.
 std::vector<strata_options> ablations()
 {
   std::vector<strata_options> out;
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 0; k < 6; ++k) {
     strata_options so;
     if (k == 0) { so.delay_hits = false; }
     if (k == 1) { so.balance = false; }
     if (k == 2) { so.bubbles = false; }
     if (k == 3) { so.deadline_slack = 0; }
-    if (k == 4) { so.order = strata_order::longest_prefix; }
+    if (k == 4) { so.deadline_slack = 2; }  // deadlines that bind: what aging costs and buys
+    if (k == 5) { so.order = strata_order::longest_prefix; }
     out.push_back(so);
   }
   return out;
