@@ -347,6 +347,61 @@ TEST_CASE("delay-hit scenarios: nested prefixes are computed once", "[cpu][sim]"
   CHECK(redundant(simulate(w, small_engine(), longest_prefix{})) > 0);                 // the baseline twice
 }
 
+TEST_CASE("delay-hit scenarios: random traces with deep shared prefixes compute no prefix twice", "[cpu][sim]")
+{
+  // Prompts are paths down a random tree of page runs (depth up to 5, a few children per node), so
+  // prefixes nest and overlap in every shape; arrivals are bursty. strata's redundant prefill from
+  // delay hits must be 0 on every request, whatever its order (both orders, deadlines binding or not).
+  std::int64_t baseline_redundant = 0;  // the traces do make shapes where a baseline computes twice
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    std::mt19937_64 rng{seed};
+    std::int32_t next = 1;
+    std::vector<page_ids> nodes{page_ids{}};  // node -> its run of pages
+    std::vector<std::vector<std::size_t>> kids{{}};
+    workload w{"deep", 32, {}};
+    double t = 0;
+    for (int q = 0; q < 60; ++q) {
+      page_ids prompt;
+      std::size_t node = 0;
+      int const depth = 1 + int(rng() % 5);
+      for (int d = 0; d < depth; ++d) {
+        if (kids[node].empty() || rng() % 3 == 0) {  // a new branch
+          page_ids run(std::size_t(2 + rng() % 60));
+          std::iota(run.begin(), run.end(), next);
+          next += std::int32_t(run.size());
+          nodes.push_back(run);
+          kids.emplace_back();
+          kids[node].push_back(nodes.size() - 1);
+          node = nodes.size() - 1;
+        } else {
+          node = kids[node][rng() % kids[node].size()];
+        }
+        prompt.insert(prompt.end(), nodes[node].begin(), nodes[node].end());
+      }
+      prompt.push_back(next++);  // the request's own last page
+      sim_request r;
+      t += rng() % 4 == 0 ? 0.5 : 0.003 * double(rng() % 10);
+      r.arrival_s = t;
+      r.own = prompt;
+      r.prompt_tokens = std::int64_t(prompt.size()) * 32 + std::int64_t(rng() % 32);
+      r.output_tokens = 1 + std::int64_t(rng() % 40);
+      r.id = request_id{std::uint64_t(q + 1)};
+      w.requests.push_back(std::move(r));
+    }
+    for (strata_options const so : {strata_options{}, strata_options{.deadline_slack = 1},
+                                    strata_options{.order = strata_order::longest_prefix}}) {
+      auto const r = simulate(w, small_engine(), strata_scheduler{so});
+      for (auto const& x : r.records) {
+        INFO("seed " << seed << " request " << x.id.value);
+        CHECK(x.served());
+        CHECK(x.redundant_tokens - x.short_overlap_tokens == 0);
+      }
+    }
+    baseline_redundant += redundant(simulate(w, small_engine(), srpt{}));
+  }
+  CHECK(baseline_redundant > 0);
+}
+
 TEST_CASE("simulations conserve tokens and pages and are deterministic", "[cpu][sim]")
 {
   auto const w = long_documents({.requests = 150, .rate = 2, .seed = 8, .documents = 12, .questions_per_visit = 1.5});
