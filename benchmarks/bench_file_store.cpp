@@ -8,7 +8,8 @@
 // (the same O_DIRECT setting): `GB/s` is the store's rate, `seq_GB/s` the reference's,
 // `vs_seq` their ratio. Run with --benchmark_repetitions=5 (the default here) and read the median
 // rows. STRATA_BENCH_DIR picks the directory (default: the system's temporary directory);
-// STRATA_BENCH_IO_THREADS and STRATA_BENCH_MAX_IO_MIB override the store's I/O settings.
+// STRATA_BENCH_IO_URING (0/1), STRATA_BENCH_IO_THREADS and STRATA_BENCH_MAX_IO_MIB override the
+// store's I/O settings.
 #include <strata/geometry.hpp>
 #include <strata/tier/file_store.hpp>
 
@@ -83,6 +84,7 @@ setup& make_setup(std::string const& name, strata::kv_geometry const& g)
   o.directory = dir.string();
   o.tag = name;
   if (char const* t = std::getenv("STRATA_BENCH_IO_THREADS")) { o.io_threads = std::atoi(t); }
+  if (char const* u = std::getenv("STRATA_BENCH_IO_URING")) { o.use_io_uring = std::atoi(u) != 0; }
   if (char const* m = std::getenv("STRATA_BENCH_MAX_IO_MIB")) { o.max_io_bytes = std::int64_t{std::atoi(m)} << 20; }
   s.store = std::make_unique<strata::file_store>(g, pages, o);
   s.slots = s.store->slots().allocate(pages);
@@ -192,6 +194,7 @@ void run(benchmark::State& state, setup& s, op what)
   state.counters["cpu_s/GB"] = store_cpu / (static_cast<double>(s.bytes) * n / 1e9);
   state.counters["seq_cpu_s/GB"] = ref_cpu / (static_cast<double>(s.bytes) * n / 1e9);
   state.counters["direct"] = s.store->direct_io() ? 1 : 0;
+  state.counters["uring"] = s.store->uses_io_uring() ? 1 : 0;
 }
 
 void register_geometry(std::string const& name, strata::kv_geometry const& g)

@@ -335,17 +335,26 @@ TEST_CASE("file_store: uneven files, TP ranks side by side, another geometry, he
 
 TEST_CASE("file_store: random records round-trip and survive a restart", "[cpu][file]")
 {
-  for (auto const& [g, direct, misaligned, files] :
-       {std::tuple{medium, true, false, 3}, std::tuple{medium, false, false, 1}, std::tuple{odd, true, false, 2},
-        std::tuple{medium, true, true, 2}, std::tuple{odd, false, true, 1}}) {
-    CAPTURE(g, direct, misaligned, files);
+  // io_uring (where the kernel allows it) for most, the I/O threads for the last two.
+  for (auto const& [g, direct, misaligned, files, uring] :
+       {std::tuple{medium, true, false, 3, true}, std::tuple{medium, false, false, 1, true},
+        std::tuple{odd, true, false, 2, true}, std::tuple{medium, true, true, 2, true},
+        std::tuple{odd, false, true, 1, true}, std::tuple{medium, true, false, 3, false},
+        std::tuple{odd, true, true, 2, false}}) {
+    CAPTURE(g, direct, misaligned, files, uring);
     temp_dir d;
+    auto const options = [&, direct = direct, files = files, uring = uring] {
+      auto o = options_for(d, direct, files);
+      o.use_io_uring = uring;
+      return o;
+    };
     std::int64_t const n = 200;
     std::mt19937_64 rng{static_cast<std::uint64_t>(g.layers * 7 + files)};
     std::vector<std::uint64_t> keys(static_cast<std::size_t>(n));
     records src{n, g.page_bytes(), misaligned}, dst{n, g.page_bytes(), misaligned};
     {
-      file_store s{g, n, options_for(d, direct, files)};
+      file_store s{g, n, options()};
+      if (!uring) { CHECK_FALSE(s.uses_io_uring()); }
       auto const slots = all_slots(s);
       // Random batches over shuffled slots: runs of adjacent slots and isolated ones.
       std::vector<std::size_t> order(static_cast<std::size_t>(n));
@@ -371,7 +380,7 @@ TEST_CASE("file_store: random records round-trip and survive a restart", "[cpu][
       CHECK(s.key(7) == keys[7]);
     }
     {
-      auto s = file_store::open(g, n, options_for(d, direct, files));
+      auto s = file_store::open(g, n, options());
       REQUIRE(s.recovered().size() == static_cast<std::size_t>(n));
       for (auto const& r : s.recovered()) {
         CHECK(r.key == keys[static_cast<std::size_t>(r.slot)]);
@@ -390,9 +399,9 @@ TEST_CASE("file_store: random records round-trip and survive a restart", "[cpu][
     }
     // A new store over the same files (reopen = false) starts empty, and so does a reopen after it.
     {
-      file_store s{g, n, options_for(d, direct, files)};
+      file_store s{g, n, options()};
     }
-    auto s = file_store::open(g, n, options_for(d, direct, files));
+    auto s = file_store::open(g, n, options());
     CHECK(s.recovered().empty());
   }
 }
@@ -420,8 +429,12 @@ TEST_CASE("file_store rejects bad input before any I/O and misses cleanly", "[cp
                                                                            o.tp_size = 2;
                                                                            return o;
                                                                          }()}));
-  STRATA_REQUIRE_THROWS(strata::file_store_error, "in use by another store",
-                        (file_store{small, 8, options_for(d, true)}));
+  STRATA_REQUIRE_THROWS(strata::file_store_error, "in use by another store", (file_store{small, 8, [&] {
+                                                                                           auto o =
+                                                                                               options_for(d, true);
+                                                                                           o.lock_wait_ms = 20;
+                                                                                           return o;
+                                                                                         }()}));
 
   // Never written: a miss, not an error.
   CHECK_FALSE(s.read(one, std::span{r.ptr.data(), 1}));

@@ -16,15 +16,23 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#if __has_include(<linux/io_uring.h>) && defined(__NR_io_uring_setup)
+#include <linux/io_uring.h>
+#define STRATA_FILE_STORE_URING 1
+#endif
 
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstddef>
@@ -85,12 +93,16 @@ struct file_store_options {
   int tp_size = 1;               ///< tensor-parallel ranks
   std::string tag;               ///< model and dtype, e.g. "Llama-3.1-8B/bf16": records of another tag are dropped
   bool use_direct_io = true;     ///< `O_DIRECT` where the file system accepts it
+  bool use_io_uring = true;      ///< io_uring where the kernel allows it and `io` is the default back end
   int io_threads = 4;            ///< I/O threads; each moves one run of adjacent records at a time
   bool reopen = false;           ///< keep existing files and recover their intact records
   bool verify_on_reopen = true;  ///< on reopen, check every payload's checksum too (else headers only)
   bool sync_writes = false;      ///< `fdatasync` after every write run (survives power loss, not just crashes)
   std::int64_t max_io_bytes = std::int64_t{16} << 20;  ///< largest merged transfer
-  io_backend io{};                                     ///< system calls (tests inject faults here)
+  /// How long to wait for another store's lock on the files: a killed process's lock outlives it
+  /// while the kernel cancels its io_uring requests.
+  int lock_wait_ms = 2000;
+  io_backend io{};  ///< system calls (tests inject faults here)
 };
 
 /// @brief An intact record found when reopening a store: its slot and content key.
@@ -298,6 +310,146 @@ class io_thread_pool {
   std::vector<std::thread> threads_;
 };
 
+#ifdef STRATA_FILE_STORE_URING
+/**
+ * @brief A minimal io_uring (raw system calls, no liburing) used from one thread: vectored reads
+ *        and writes pushed to the submission queue, completions popped from the completion queue.
+ */
+class io_uring_ring {
+ public:
+  /// @brief A ring of `entries` submissions, or nullptr where the kernel or a sandbox refuses io_uring.
+  [[nodiscard]] static std::unique_ptr<io_uring_ring> create(unsigned entries) noexcept
+  {
+    std::unique_ptr<io_uring_ring> r{new (std::nothrow) io_uring_ring{}};
+    if (!r) { return nullptr; }
+    io_uring_params p{};
+    long const fd = ::syscall(__NR_io_uring_setup, entries, &p);
+    if (fd < 0) { return nullptr; }
+    r->fd_ = static_cast<int>(fd);
+    r->sq_bytes_ = p.sq_off.array + p.sq_entries * sizeof(std::uint32_t);
+    r->cq_bytes_ = p.cq_off.cqes + p.cq_entries * sizeof(io_uring_cqe);
+    bool const single = (p.features & IORING_FEAT_SINGLE_MMAP) != 0;
+    if (single) { r->sq_bytes_ = r->cq_bytes_ = std::max(r->sq_bytes_, r->cq_bytes_); }
+    r->sq_ =
+        ::mmap(nullptr, r->sq_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd_, IORING_OFF_SQ_RING);
+    if (r->sq_ == MAP_FAILED) {
+      r->sq_ = nullptr;
+      return nullptr;
+    }
+    if (single) {
+      r->cq_ = r->sq_;
+    } else {
+      r->cq_ =
+          ::mmap(nullptr, r->cq_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd_, IORING_OFF_CQ_RING);
+      if (r->cq_ == MAP_FAILED) {
+        r->cq_ = nullptr;
+        return nullptr;
+      }
+    }
+    r->sqes_bytes_ = p.sq_entries * sizeof(io_uring_sqe);
+    void* sqes =
+        ::mmap(nullptr, r->sqes_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd_, IORING_OFF_SQES);
+    if (sqes == MAP_FAILED) { return nullptr; }
+    r->sqes_ = static_cast<io_uring_sqe*>(sqes);
+    auto* sq = static_cast<char*>(r->sq_);
+    auto* cq = static_cast<char*>(r->cq_);
+    r->sq_head_ = reinterpret_cast<unsigned*>(sq + p.sq_off.head);
+    r->sq_tail_ = reinterpret_cast<unsigned*>(sq + p.sq_off.tail);
+    r->sq_mask_ = *reinterpret_cast<unsigned*>(sq + p.sq_off.ring_mask);
+    r->sq_array_ = reinterpret_cast<unsigned*>(sq + p.sq_off.array);
+    r->cq_head_ = reinterpret_cast<unsigned*>(cq + p.cq_off.head);
+    r->cq_tail_ = reinterpret_cast<unsigned*>(cq + p.cq_off.tail);
+    r->cq_mask_ = *reinterpret_cast<unsigned*>(cq + p.cq_off.ring_mask);
+    r->cqes_ = reinterpret_cast<io_uring_cqe*>(cq + p.cq_off.cqes);
+    r->entries_ = p.sq_entries;
+    return r;
+  }
+  io_uring_ring(io_uring_ring const&) = delete;
+  io_uring_ring& operator=(io_uring_ring const&) = delete;
+  ~io_uring_ring()
+  {
+    if (sqes_ != nullptr) { ::munmap(sqes_, sqes_bytes_); }
+    if (cq_ != nullptr && cq_ != sq_) { ::munmap(cq_, cq_bytes_); }
+    if (sq_ != nullptr) { ::munmap(sq_, sq_bytes_); }
+    if (fd_ >= 0) { ::close(fd_); }
+  }
+  /// @brief Operations submitted and not yet completed, plus those pushed and not yet submitted.
+  [[nodiscard]] unsigned in_flight() const noexcept { return in_flight_; }
+  /// @brief Submission entries.
+  [[nodiscard]] unsigned entries() const noexcept { return entries_; }
+  /// @brief Operations pushed and not yet submitted.
+  [[nodiscard]] unsigned pending() const noexcept { return pending_; }
+
+  /// @brief Queues a vectored read or write; the caller keeps in_flight() below entries().
+  void push(bool write, int fd, iovec const* iov, unsigned iovcnt, off_t offset, std::uint64_t user) noexcept
+  {
+    unsigned const tail = *sq_tail_;
+    unsigned const index = tail & sq_mask_;
+    io_uring_sqe& e = sqes_[index];
+    std::memset(&e, 0, sizeof e);
+    e.opcode = write ? IORING_OP_WRITEV : IORING_OP_READV;
+    e.fd = fd;
+    e.off = static_cast<std::uint64_t>(offset);
+    e.addr = reinterpret_cast<std::uint64_t>(iov);
+    e.len = iovcnt;
+    e.user_data = user;
+    sq_array_[index] = index;
+    __atomic_store_n(sq_tail_, tail + 1, __ATOMIC_RELEASE);
+    ++pending_;
+    ++in_flight_;
+  }
+
+  /// @brief Submits what was pushed and, with `wait`, blocks until a completion is available.
+  /// @return 0 or an error number
+  int enter(bool wait) noexcept
+  {
+    for (;;) {
+      unsigned const flags = wait ? IORING_ENTER_GETEVENTS : 0U;
+      long const r = ::syscall(__NR_io_uring_enter, fd_, pending_, wait ? 1U : 0U, flags, nullptr, 0);
+      if (r >= 0) {
+        pending_ -= static_cast<unsigned>(r);
+        if (pending_ == 0 || !wait) { return 0; }
+        continue;
+      }
+      if (errno == EINTR) { continue; }
+      return errno;
+    }
+  }
+
+  /// @brief Pops one completion if there is one.
+  bool next(std::uint64_t& user, std::int32_t& result) noexcept
+  {
+    unsigned const head = *cq_head_;
+    if (head == __atomic_load_n(cq_tail_, __ATOMIC_ACQUIRE)) { return false; }
+    io_uring_cqe const& c = cqes_[head & cq_mask_];
+    user = c.user_data;
+    result = c.res;
+    __atomic_store_n(cq_head_, head + 1, __ATOMIC_RELEASE);
+    --in_flight_;
+    return true;
+  }
+
+ private:
+  io_uring_ring() = default;
+  int fd_ = -1;
+  void* sq_ = nullptr;
+  void* cq_ = nullptr;
+  io_uring_sqe* sqes_ = nullptr;
+  std::size_t sq_bytes_ = 0, cq_bytes_ = 0, sqes_bytes_ = 0;
+  unsigned* sq_head_ = nullptr;
+  unsigned* sq_tail_ = nullptr;
+  unsigned* sq_array_ = nullptr;
+  unsigned sq_mask_ = 0;
+  unsigned* cq_head_ = nullptr;
+  unsigned* cq_tail_ = nullptr;
+  unsigned cq_mask_ = 0;
+  io_uring_cqe* cqes_ = nullptr;
+  unsigned entries_ = 0;
+  unsigned pending_ = 0;
+  unsigned in_flight_ = 0;
+};
+#endif
+
 }  // namespace detail
 
 /**
@@ -359,6 +511,12 @@ class file_store {
     worker_buffers_.resize(static_cast<std::size_t>(options_.io_threads));
     pool_ = std::make_unique<detail::io_thread_pool>(options_.io_threads);
     if (options_.reopen) { recover(); }
+#ifdef STRATA_FILE_STORE_URING
+    io_backend const posix{};
+    bool const default_io = options_.io.context == nullptr && options_.io.preadv == posix.preadv &&
+                            options_.io.pwritev == posix.pwritev && options_.io.sync == posix.sync;
+    if (options_.use_io_uring && default_io) { ring_ = detail::io_uring_ring::create(256); }
+#endif
   }
 
   /**
@@ -377,7 +535,19 @@ class file_store {
   file_store& operator=(file_store&&) = delete;
 
   /// @brief Waits for every operation in flight, then closes the files.
-  ~file_store() { pool_.reset(); }
+  ~file_store()
+  {
+#ifdef STRATA_FILE_STORE_URING
+    while (ring_ && ring_->in_flight() > 0) {  // the kernel must not write into freed buffers
+      try {
+        reap(true);
+      } catch (...) {
+        std::this_thread::yield();
+      }
+    }
+#endif
+    pool_.reset();
+  }
 
   /// @brief Shape of the cache.
   [[nodiscard]] kv_geometry geometry() const noexcept { return geometry_; }
@@ -391,6 +561,15 @@ class file_store {
   [[nodiscard]] std::int64_t record_bytes() const noexcept { return record_bytes_; }
   /// @brief Records per file (the last file may hold fewer).
   [[nodiscard]] std::int64_t slots_per_file() const noexcept { return slots_per_file_; }
+  /// @brief Whether transfers go through io_uring (else through the I/O threads).
+  [[nodiscard]] bool uses_io_uring() const noexcept
+  {
+#ifdef STRATA_FILE_STORE_URING
+    return ring_ != nullptr;
+#else
+    return false;
+#endif
+  }
   /// @brief Whether the files are open with `O_DIRECT`.
   [[nodiscard]] bool direct_io() const noexcept { return direct_; }
   /// @brief Hash of everything a record must agree on: format, geometry, TP rank and size, tag.
@@ -526,6 +705,9 @@ class file_store {
   [[nodiscard]] io_status poll(io_ticket t)
   {
     auto it = find(t);
+#ifdef STRATA_FILE_STORE_URING
+    if (ring_) { reap(false); }
+#endif
     if (it->second->remaining.load() > 0) { return io_status::pending; }
     return finish(it) ? io_status::succeeded : io_status::failed;
   }
@@ -538,6 +720,11 @@ class file_store {
   [[nodiscard]] bool wait(io_ticket t)
   {
     auto it = find(t);
+#ifdef STRATA_FILE_STORE_URING
+    while (ring_ && it->second->remaining.load() > 0) {
+      reap(true);
+    }
+#endif
     {
       std::unique_lock lock{done_mutex_};
       done_cv_.wait(lock, [&] { return it->second->remaining.load() == 0; });
@@ -627,7 +814,12 @@ class file_store {
       }
       STRATA_EXPECTS_AS(file_store_error, fd >= 0, "file_store: cannot open ", path, ": ", detail::errno_text(errno));
       detail::unique_fd file{fd};
-      STRATA_EXPECTS_AS(file_store_error, ::flock(fd, LOCK_EX | LOCK_NB) == 0, "file_store: ", path,
+      int locked = ::flock(fd, LOCK_EX | LOCK_NB);
+      for (int waited = 0; locked != 0 && errno == EWOULDBLOCK && waited < options_.lock_wait_ms; ++waited) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        locked = ::flock(fd, LOCK_EX | LOCK_NB);
+      }
+      STRATA_EXPECTS_AS(file_store_error, locked == 0, "file_store: ", path,
                         " is in use by another store (flock: ", detail::errno_text(errno), ")");
       std::int64_t const slots_here = std::min(slots_per_file_, capacity() - f * slots_per_file_);
       auto const bytes = static_cast<off_t>(slots_here * record_bytes_);
@@ -715,15 +907,19 @@ class file_store {
     tickets_.emplace(id, b);
     b->remaining.store(static_cast<int>(runs.size()));
     auto shared_order = std::make_shared<std::vector<std::size_t> const>(std::move(order));
+#ifdef STRATA_FILE_STORE_URING
+    if (ring_) {
+      for (auto const& r : runs) {
+        start_uring_run(b, shared_order, r);
+      }
+      return io_ticket{id};
+    }
+#endif
     for (auto const& r : runs) {
       pool_->post([this, b, shared_order, r](int worker) {
         std::span<std::size_t const> const run{shared_order->data() + r.first, r.second - r.first};
         try {
-          if (b->write) {
-            write_run(*b, run, worker);
-          } else {
-            read_run(*b, run, worker);
-          }
+          thread_run(*b, run, worker);
         } catch (std::exception const& e) {  // allocation failure of a staging buffer
           b->fail(detail::concat("file_store: ", e.what()));
         }
@@ -753,74 +949,51 @@ class file_store {
                           " failed: ", e == ENOSPC ? "no space left on the device: " : "", detail::errno_text(e));
   }
 
-  void write_run(batch& b, std::span<std::size_t const> run, int worker)
+  /// Builds a run's vectors in `buf` (for a write, its headers and checksums too); returns whether
+  /// the run is staged (one aligned buffer instead of the caller's records).
+  bool prepare_run(batch& b, std::span<std::size_t const> run, worker_buffers& buf, std::vector<iovec>& iov) const
   {
-    auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
     auto const n = run.size();
     auto const pad = static_cast<std::size_t>(record_bytes_ - detail::file_header_bytes - page_bytes_);
-    bool const staged =
-        std::any_of(run.begin(), run.end(), [&](auto i) { return !aligned_for_direct(b.items[i].src); });
-    std::vector<iovec> iov;
+    auto const rb = static_cast<std::size_t>(record_bytes_);
+    auto const hb = static_cast<std::size_t>(detail::file_header_bytes);
+    auto const pb = static_cast<std::size_t>(page_bytes_);
+    bool const staged = std::any_of(run.begin(), run.end(), [&](auto i) {
+      return !aligned_for_direct(b.write ? static_cast<void const*>(b.items[i].src) : b.items[i].dst);
+    });
+    iov.clear();
     if (staged) {
-      buf.staging.ensure(n * static_cast<std::size_t>(record_bytes_));
-      for (std::size_t k = 0; k < n; ++k) {
-        auto const& it = b.items[run[k]];
-        auto* rec = buf.staging.data() + k * static_cast<std::size_t>(record_bytes_);
-        std::memcpy(rec + detail::file_header_bytes, it.src, static_cast<std::size_t>(page_bytes_));
-        std::memset(rec + detail::file_header_bytes + page_bytes_, 0, pad);
-        fill_header(rec, it, detail::crc32c(0, rec + detail::file_header_bytes, static_cast<std::size_t>(page_bytes_)));
+      buf.staging.ensure(n * rb);
+      if (b.write) {
+        for (std::size_t k = 0; k < n; ++k) {
+          auto const& it = b.items[run[k]];
+          auto* rec = buf.staging.data() + k * rb;
+          std::memcpy(rec + hb, it.src, pb);
+          std::memset(rec + hb + pb, 0, pad);
+          fill_header(rec, it, detail::crc32c(0, rec + hb, pb));
+        }
       }
-      iov.push_back({buf.staging.data(), n * static_cast<std::size_t>(record_bytes_)});
-    } else {
-      buf.headers.ensure(n * static_cast<std::size_t>(detail::file_header_bytes));
-      buf.pad.ensure(static_cast<std::size_t>(detail::file_alignment));
-      std::memset(buf.pad.data(), 0, static_cast<std::size_t>(detail::file_alignment));
-      for (std::size_t k = 0; k < n; ++k) {
-        auto const& it = b.items[run[k]];
-        auto* h = buf.headers.data() + k * static_cast<std::size_t>(detail::file_header_bytes);
-        fill_header(h, it, detail::crc32c(0, it.src, static_cast<std::size_t>(page_bytes_)));
-        iov.push_back({h, static_cast<std::size_t>(detail::file_header_bytes)});
-        iov.push_back({const_cast<std::byte*>(it.src), static_cast<std::size_t>(page_bytes_)});
-        if (pad > 0) { iov.push_back({buf.pad.data(), pad}); }
-      }
+      iov.push_back({buf.staging.data(), n * rb});
+      return true;
     }
-    auto const first = b.items[run[0]].slot;
-    auto const [fd, off] = where(first);
-    int e = detail::transfer_all(options_.io, true, fd, iov.data(), static_cast<int>(iov.size()), off);
-    if (e == 0 && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
-    if (e != 0) { b.fail(io_failure("write", first, n, e)); }
+    buf.headers.ensure(n * hb);
+    buf.pad.ensure(static_cast<std::size_t>(detail::file_alignment));
+    if (b.write) { std::memset(buf.pad.data(), 0, static_cast<std::size_t>(detail::file_alignment)); }
+    for (std::size_t k = 0; k < n; ++k) {
+      auto const& it = b.items[run[k]];
+      auto* h = buf.headers.data() + k * hb;
+      if (b.write) { fill_header(h, it, detail::crc32c(0, it.src, pb)); }
+      iov.push_back({h, hb});
+      iov.push_back({b.write ? const_cast<std::byte*>(it.src) : it.dst, pb});
+      if (pad > 0) { iov.push_back({buf.pad.data(), pad}); }
+    }
+    return false;
   }
 
-  void read_run(batch& b, std::span<std::size_t const> run, int worker)
+  /// Checks every record of a run that was read into `buf` and the caller's records.
+  void verify_read(batch& b, std::span<std::size_t const> run, worker_buffers const& buf, bool staged) const
   {
-    auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
-    auto const n = run.size();
-    auto const pad = static_cast<std::size_t>(record_bytes_ - detail::file_header_bytes - page_bytes_);
-    bool const staged =
-        std::any_of(run.begin(), run.end(), [&](auto i) { return !aligned_for_direct(b.items[i].dst); });
-    std::vector<iovec> iov;
-    if (staged) {
-      buf.staging.ensure(n * static_cast<std::size_t>(record_bytes_));
-      iov.push_back({buf.staging.data(), n * static_cast<std::size_t>(record_bytes_)});
-    } else {
-      buf.headers.ensure(n * static_cast<std::size_t>(detail::file_header_bytes));
-      buf.pad.ensure(static_cast<std::size_t>(detail::file_alignment));
-      for (std::size_t k = 0; k < n; ++k) {
-        auto const& it = b.items[run[k]];
-        iov.push_back({buf.headers.data() + k * static_cast<std::size_t>(detail::file_header_bytes),
-                       static_cast<std::size_t>(detail::file_header_bytes)});
-        iov.push_back({it.dst, static_cast<std::size_t>(page_bytes_)});
-        if (pad > 0) { iov.push_back({buf.pad.data(), pad}); }
-      }
-    }
-    auto const first = b.items[run[0]].slot;
-    auto const [fd, off] = where(first);
-    if (int const e = detail::transfer_all(options_.io, false, fd, iov.data(), static_cast<int>(iov.size()), off);
-        e != 0) {
-      b.fail(io_failure("read", first, n, e));
-      return;
-    }
-    for (std::size_t k = 0; k < n; ++k) {
+    for (std::size_t k = 0; k < run.size(); ++k) {
       auto const& it = b.items[run[k]];
       std::byte const* header = staged ? buf.staging.data() + k * static_cast<std::size_t>(record_bytes_)
                                        : buf.headers.data() + k * static_cast<std::size_t>(detail::file_header_bytes);
@@ -841,6 +1014,117 @@ class file_store {
       if (staged) { std::memcpy(it.dst, payload, static_cast<std::size_t>(page_bytes_)); }
     }
   }
+
+  /// A run on an I/O thread: prepare, transfer (continuing after short transfers), verify.
+  void thread_run(batch& b, std::span<std::size_t const> run, int worker)
+  {
+    auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
+    std::vector<iovec> iov;
+    bool const staged = prepare_run(b, run, buf, iov);
+    auto const first = b.items[run[0]].slot;
+    auto const [fd, off] = where(first);
+    int e = detail::transfer_all(options_.io, b.write, fd, iov.data(), static_cast<int>(iov.size()), off);
+    if (e == 0 && b.write && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
+    if (e != 0) {
+      b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e));
+      return;
+    }
+    if (!b.write) { verify_read(b, run, buf, staged); }
+  }
+
+#ifdef STRATA_FILE_STORE_URING
+  struct uring_run {
+    std::shared_ptr<batch> b;
+    std::shared_ptr<std::vector<std::size_t> const> order;
+    std::size_t first = 0, last = 0;
+    worker_buffers buf;
+    std::vector<iovec> iov;
+    bool staged = false;
+    std::size_t bytes = 0;
+    [[nodiscard]] std::span<std::size_t const> run() const noexcept { return {order->data() + first, last - first}; }
+  };
+
+  /// Prepares a run on the calling thread and submits it; its checksums overlap the runs in flight.
+  void start_uring_run(std::shared_ptr<batch> const& b, std::shared_ptr<std::vector<std::size_t> const> const& order,
+                       std::pair<std::size_t, std::size_t> r)
+  {
+    auto u = std::make_unique<uring_run>();
+    u->b = b;
+    u->order = order;
+    u->first = r.first;
+    u->last = r.second;
+    try {
+      u->staged = prepare_run(*b, u->run(), u->buf, u->iov);
+    } catch (std::exception const& e) {  // allocation failure of a staging buffer
+      b->fail(detail::concat("file_store: ", e.what()));
+      b->remaining.fetch_sub(1);
+      return;
+    }
+    for (auto const& v : u->iov) {
+      u->bytes += v.iov_len;
+    }
+    while (ring_->in_flight() >= ring_->entries()) {
+      reap(true);
+    }
+    auto const [fd, off] = where(b->items[u->run()[0]].slot);
+    auto const id = next_run_++;
+    ring_->push(b->write, fd, u->iov.data(), static_cast<unsigned>(u->iov.size()), off, id);
+    uring_runs_.emplace(id, std::move(u));
+    (void)ring_->enter(false);  // a refused submission is retried by the next reap
+  }
+
+  /// Completes the runs whose transfers finished; with `block`, waits for at least one.
+  void reap(bool block)
+  {
+    for (int tries = 0;;) {
+      std::uint64_t user = 0;
+      std::int32_t result = 0;
+      bool got = false;
+      while (ring_->next(user, result)) {
+        got = true;
+        complete_uring_run(user, result);
+      }
+      if (!block && ring_->pending() > 0) { (void)ring_->enter(false); }
+      if (got || !block || ring_->in_flight() == 0) { return; }
+      int const e = ring_->enter(true);
+      if (e == 0) { continue; }
+      STRATA_EXPECTS_AS(file_store_error, (e == EAGAIN || e == EBUSY || e == ENOMEM) && ++tries < 100000,
+                        "file_store: io_uring_enter failed: ", detail::errno_text(e));
+      std::this_thread::yield();
+    }
+  }
+
+  void complete_uring_run(std::uint64_t id, std::int32_t result)
+  {
+    auto it = uring_runs_.find(id);
+    if (it == uring_runs_.end()) { return; }
+    auto const u = std::move(it->second);
+    uring_runs_.erase(it);
+    auto& b = *u->b;
+    auto const run = u->run();
+    auto const first = b.items[run[0]].slot;
+    auto const [fd, off] = where(first);
+    int e = result < 0 ? -result : 0;
+    if (e == 0 && static_cast<std::size_t>(result) < u->bytes) {  // short: the rest synchronously
+      auto left = static_cast<std::size_t>(result);
+      std::size_t i = 0;
+      while (left >= u->iov[i].iov_len) {
+        left -= u->iov[i++].iov_len;
+      }
+      u->iov[i].iov_base = static_cast<std::byte*>(u->iov[i].iov_base) + left;
+      u->iov[i].iov_len -= left;
+      e = detail::transfer_all(options_.io, b.write, fd, u->iov.data() + i, static_cast<int>(u->iov.size() - i),
+                               off + static_cast<off_t>(result));
+    }
+    if (e == 0 && b.write && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
+    if (e != 0) {
+      b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e));
+    } else if (!b.write) {
+      verify_read(b, run, u->buf, u->staged);
+    }
+    b.remaining.fetch_sub(1);
+  }
+#endif
 
   [[nodiscard]] std::map<std::uint64_t, std::shared_ptr<batch>>::iterator find(io_ticket t)
   {
@@ -967,6 +1251,11 @@ class file_store {
   std::mutex done_mutex_;
   std::condition_variable done_cv_;
   std::vector<worker_buffers> worker_buffers_;
+#ifdef STRATA_FILE_STORE_URING
+  std::unique_ptr<detail::io_uring_ring> ring_;  // used by the owner thread only
+  std::map<std::uint64_t, std::unique_ptr<uring_run>> uring_runs_;
+  std::uint64_t next_run_ = 1;
+#endif
   std::unique_ptr<detail::io_thread_pool> pool_;  // last: its threads stop before anything they use goes
 };
 static_assert(record_store<file_store>);
