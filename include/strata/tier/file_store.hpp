@@ -83,6 +83,12 @@ struct io_backend {
       [](void*, int fd, off_t offset, off_t length) { return ::posix_fallocate(fd, offset, length); }};
   /// @brief Makes written data durable.
   int (*sync)(void* context, int fd){[](void*, int fd) { return ::fdatasync(fd); }};
+  /**
+   * @brief Optional: sees (and may change) the result of every io_uring transfer (bytes, or a
+   *        negative error number). With it set, a custom back end still uses io_uring — tests inject
+   *        faults here — and its `preadv`/`pwritev` finish short completions.
+   */
+  std::int32_t (*filter_completion)(void* context, bool write, std::int32_t result){};
 };
 
 /// @brief How a `file_store` lays out and reaches its files.
@@ -515,7 +521,9 @@ class file_store {
     io_backend const posix{};
     bool const default_io = options_.io.context == nullptr && options_.io.preadv == posix.preadv &&
                             options_.io.pwritev == posix.pwritev && options_.io.sync == posix.sync;
-    if (options_.use_io_uring && default_io) { ring_ = detail::io_uring_ring::create(256); }
+    if (options_.use_io_uring && (default_io || options_.io.filter_completion != nullptr)) {
+      ring_ = detail::io_uring_ring::create(256);
+    }
 #endif
   }
 
@@ -1100,6 +1108,9 @@ class file_store {
     if (it == uring_runs_.end()) { return; }
     auto const u = std::move(it->second);
     uring_runs_.erase(it);
+    if (options_.io.filter_completion != nullptr) {
+      result = options_.io.filter_completion(options_.io.context, u->b->write, result);
+    }
     auto& b = *u->b;
     auto const run = u->run();
     auto const first = b.items[run[0]].slot;
