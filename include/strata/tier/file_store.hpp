@@ -2,8 +2,9 @@
 /**
  * @file tier/file_store.hpp
  * @brief The file tier: one checksummed page-first record per page in preallocated files, read and
- *        written by a small pool of I/O threads (`preadv`/`pwritev`, `O_DIRECT` where the file
- *        system allows), rebuilt from the records' headers on restart, never serving wrong bytes.
+ *        written through io_uring (raw system calls, no liburing) or a small pool of I/O threads
+ *        (`preadv`/`pwritev`), `O_DIRECT` where the file system allows; rebuilt from the records'
+ *        headers on restart, never serving wrong bytes.
  *
  * Host-only (Linux/POSIX). The format, the recovery and the fault model are in docs/file_tier.md.
  */
@@ -465,7 +466,8 @@ class io_uring_ring {
  * a 4 KiB header (magic, format version, geometry hash, content key, payload length, sequence
  * number, slot, CRC-32C of the payload and of the header) followed by the page-first payload,
  * padded to 4 KiB so that every transfer stays `O_DIRECT`-aligned. Runs of adjacent slots move in
- * one `preadv`/`pwritev` of up to `max_io_bytes`; runs go to `io_threads` threads in parallel.
+ * one vectored transfer of up to `max_io_bytes`, submitted to io_uring where the kernel allows it
+ * (`uses_io_uring()`), else run on `io_threads` threads in parallel.
  *
  * What a read returns true for is exactly what the last successful write to those slots stored:
  * every record's header, payload checksum, key and sequence number are checked against the
