@@ -7,10 +7,12 @@
 
 #include <strata/cache/controller.hpp>
 #include <strata/layout/layer_first.hpp>
+#include <strata/tier/file_store.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,6 +21,8 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include <unistd.h>
 
 using namespace strata;
 
@@ -634,4 +638,68 @@ TEST_CASE("controller: completions progress on another thread while the engine s
   stop = true;
   poller.join();
   e.check();
+}
+
+TEST_CASE("controller: a prefix demoted to the NVMe file store comes back bit-exact", "[cpu][controller]")
+{
+  // The real file tier (checksummed records on disk) under the controller: host pressure demotes a
+  // document's pages to files, a later question loads them back through host records.
+  namespace fs = std::filesystem;
+  fs::path const dir = fs::temp_directory_path() / ("strata_controller_file_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  {
+    file_store_options o;
+    o.directory = dir.string();
+    file_store disk{geo, 64, o};
+    struct disk_policies {
+      using tiers = tier_stack<device_pool<layer_first>, host_pool, file_store&>;
+      using scheduler = strata_scheduler;
+      using executor = host_executor;
+    };
+    using disk_controller = cache_controller<disk_policies>;
+    engine_memory mem{32};
+    layer_first const pool = mem.layout(32);
+    controller_options opts;
+    opts.policy = write_policy::write_through;
+    disk_controller cache{disk_controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, disk}, opts};
+    tokens_t doc(std::size_t(geo.page_tokens * 6));
+    for (std::size_t i = 0; i < doc.size(); ++i) {
+      doc[i] = std::int32_t(i * 7 + 1);
+    }
+    auto run = [&](std::uint64_t id, tokens_t const& t) {
+      cache.submit({request_id{id}, t, 0, 2, 0.0});
+      auto const h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
+      REQUIRE(h.ran.size() == 1);
+      auto const table = cache.page_table(request_id{id});
+      std::int64_t cached = 0;
+      for (auto c : h.started[0].cached_pages) {
+        cached += c;
+      }
+      for (std::int64_t p = 0; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
+        if (p < cached) {
+          INFO("page " << p);
+          CHECK(page_ok(pool, t, p, table[std::size_t(p)]));  // loaded: must be the document's bytes
+        } else {
+          write_page(pool, t, p, table[std::size_t(p)]);  // computed
+        }
+      }
+      (void)cache.finish_prefill(request_id{id});
+      (void)cache.poll();
+      cache.release(request_id{id});
+      return h;
+    };
+    tokens_t q1 = doc, q2 = doc;
+    q1.push_back(1);
+    q2.push_back(2);
+    (void)run(1, q1);                           // computed, backed up to the host
+    CHECK(cache.evict(tier::device, 32) == 6);  // host copy only
+    CHECK(cache.evict(tier::host, 8) == 6);     // demoted to the files
+    (void)cache.poll();
+    CHECK(cache.probe(q2).fastest_tokens[2] == 6 * geo.page_tokens);
+    auto const h = run(2, q2);
+    CHECK(h.started[0].cached_pages[2] == 6);  // loaded from the file tier
+    CHECK(cache.stats().bytes_moved[2][0] == 6 * geo.page_bytes());
+    cache.check_invariants();
+  }
+  fs::remove_all(dir);
 }
