@@ -545,7 +545,9 @@ int run_sweep(options const& o)
         workload const w = make(wname, load * saturating.at(seed), seed);
         auto add = [&](std::string label, simulation_result const& r) {
           rows.push_back({wname, label, load, seed, summarize(r, label)});
-          bool const plotted = label.rfind("strata ", 0) != 0;  // ablations ("strata -x", "strata +x"): tables only
+          // Ablations ("strata -x", "strata +x") and the decode-mixing variants: tables only.
+          bool const plotted =
+              label.rfind("strata ", 0) != 0 && label.find("decodes in prefill batches") == std::string::npos;
           if (load == 0.8 && seed == 1 && plotted) {
             if (cdfs.empty() || cdfs.back().title.find(wname) == std::string::npos) {
               cdfs.push_back(chart{
@@ -567,6 +569,18 @@ int run_sweep(options const& o)
             run("fifo", w, engine_for(o, h200::per_block_dma_io(), wname), {}, 1, false));
         add("SGLang-like: batched DMA + longest_prefix",
             run("longest_prefix", w, engine_for(o, h200::batched_dma_io(), wname), {}, 1, false));
+        // vLLM's chunked prefill runs the decodes of running requests in every step beside the
+        // prefill chunks; approximated by a decode step after each prefill batch. The same loop
+        // on GPU-assisted I/O separates the I/O change from the scheduler change.
+        auto mixed = [&](io_costs const& io) {
+          engine_config c = engine_for(o, io, wname);
+          c.decode_after_prefill = true;
+          return c;
+        };
+        add("vLLM-like, decodes in prefill batches: per-block DMA + fifo",
+            run("fifo", w, mixed(h200::per_block_dma_io()), {}, 1, false));
+        add("GPU-assisted I/O + fifo, decodes in prefill batches",
+            run("fifo", w, mixed(h200::gpu_assisted_io()), {}, 1, false));
         std::fprintf(stderr, "  %s load %.2f seed %llu done\n", wname.c_str(), load, (unsigned long long)seed);
       }
     }
