@@ -4,6 +4,7 @@
 // prefix), random operation sequences with invariants after every step, bad input at every call,
 // and concurrent polling.
 #include "../support/catch.hpp"
+#include "../support/kv_content.hpp"
 
 #include <strata/cache/controller.hpp>
 #include <strata/layout/layer_first.hpp>
@@ -157,23 +158,7 @@ struct engine_memory {
   layer_first layout(std::int64_t pages) { return layer_first{bytes.data(), geo, pages}; }
 };
 
-/// The KV of page `p` of `tokens` depends on every token up to its end, as a model's would.
-std::uint64_t page_key(tokens_t const& tokens, std::int64_t p)
-{
-  std::uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (std::int64_t i = 0; i < (p + 1) * geo.page_tokens; ++i) {
-    h = (h ^ std::uint64_t(std::uint32_t(tokens[std::size_t(i)]))) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  return h;
-}
-std::uint64_t word(std::uint64_t key, std::int64_t layer, std::int64_t plane, std::int64_t w)
-{
-  std::uint64_t x = key + std::uint64_t(((layer * 2 + plane) << 20) + w) * 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+std::uint64_t page_key(tokens_t const& tokens, std::int64_t p) { return test::page_key(tokens, geo.page_tokens, p); }
 /// The engine "computes" page `p` of `tokens` into device page `dev`.
 void write_page(layer_first const& l, tokens_t const& tokens, std::int64_t p, std::int64_t dev)
 {
@@ -182,7 +167,7 @@ void write_page(layer_first const& l, tokens_t const& tokens, std::int64_t p, st
     for (std::int64_t k = 0; k < geo.planes; ++k) {
       std::byte* b = l.block(dev, layer, k).data;
       for (std::int64_t w = 0; w < geo.block_bytes() / 8; ++w) {
-        std::uint64_t const v = word(key, layer, k, w);
+        std::uint64_t const v = test::kv_word(key, layer, k, w);
         std::memcpy(b + w * 8, &v, 8);
       }
     }
@@ -197,7 +182,7 @@ bool page_ok(layer_first const& l, tokens_t const& tokens, std::int64_t p, std::
       for (std::int64_t w = 0; w < geo.block_bytes() / 8; ++w) {
         std::uint64_t v;
         std::memcpy(&v, b + w * 8, 8);
-        if (v != word(key, layer, k, w)) { return false; }
+        if (v != test::kv_word(key, layer, k, w)) { return false; }
       }
     }
   }

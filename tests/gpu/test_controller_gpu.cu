@@ -6,6 +6,7 @@
 // checked against a content function the controller never sees: page p of a token sequence holds
 // words derived from the tokens of its prefix, written by a kernel standing in for the model.
 #include "gpu_support.cuh"
+#include "../support/kv_content.hpp"
 
 #include <strata/cache/gpu_executor.cuh>
 
@@ -22,22 +23,7 @@ using controller = cache_controller<gpu_policies<layer_first>>;
 
 kv_geometry const geo{4, 16, 2, 64, 2, 2};  // 4 layers, 16-token pages, 128-byte head rows: 32 KiB pages
 
-std::uint64_t page_key(tokens_t const& tokens, std::int64_t p)
-{
-  std::uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (std::int64_t i = 0; i < (p + 1) * geo.page_tokens; ++i) {
-    h = (h ^ std::uint64_t(std::uint32_t(tokens[std::size_t(i)]))) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  return h;
-}
-__host__ __device__ std::uint64_t word(std::uint64_t key, std::int64_t layer, std::int64_t plane, std::int64_t w)
-{
-  std::uint64_t x = key + std::uint64_t(((layer * 2 + plane) << 20) + w) * 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+std::uint64_t page_key(tokens_t const& tokens, std::int64_t p) { return test::page_key(tokens, geo.page_tokens, p); }
 
 /// Up to 64 (device page, key) pairs per launch, by value.
 struct page_jobs {
@@ -56,7 +42,7 @@ __global__ void write_pages(layer_first l, page_jobs jobs)
       for (std::int64_t k = 0; k < g.planes; ++k) {
         auto* b = reinterpret_cast<std::uint64_t*>(l.block(jobs.page[j], layer, k).data);
         for (std::int64_t w = threadIdx.x; w < words; w += blockDim.x) {
-          b[w] = word(jobs.key[j], layer, k, w);
+          b[w] = test::kv_word(jobs.key[j], layer, k, w);
         }
       }
     }
@@ -68,7 +54,7 @@ bool block_ok(std::byte const* b, std::uint64_t key, std::int64_t layer, std::in
   for (std::int64_t w = 0; w < geo.block_bytes() / 8; ++w) {
     std::uint64_t v;
     std::memcpy(&v, b + w * 8, 8);
-    if (v != word(key, layer, plane, w)) { return false; }
+    if (v != test::kv_word(key, layer, plane, w)) { return false; }
   }
   return true;
 }
@@ -124,7 +110,7 @@ struct gpu_engine {
   {
     for (std::int64_t p = 0; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
       std::uint64_t const k = page_key(t, p);
-      key_of_word0[word(k, 0, 0, 0)] = k;
+      key_of_word0[test::kv_word(k, 0, 0, 0)] = k;
     }
   }
 
