@@ -430,9 +430,8 @@ class gpu_executor {
   static transfer_handle failed_handle(layer_range layers, std::exception_ptr e)
   {
     if (!e) { e = std::make_exception_ptr(invalid_argument("strata: gpu_executor: nothing to copy")); }
-    transfer_handle h{layers.size() > 0 ? layers : layer_range{0, 1}, completion::whole};
-    h.fail(std::move(e));
-    return h;
+    // No CUDA call here: after a sticky error, creating events would throw out of `submit`.
+    return transfer_handle::failed_before_start(layers.size() > 0 ? layers : layer_range{0, 1}, std::move(e));
   }
 
   std::unique_ptr<state> state_;

@@ -148,6 +148,18 @@ class transfer_handle {
     state_->recorded.store(n, std::memory_order_release);
     state_->recorded.notify_all();
   }
+  /**
+   * @brief A handle that failed before anything was enqueued, created without CUDA calls (so it can
+   *        be made after a sticky CUDA error): `failed()` is true, waits rethrow `e`.
+   */
+  [[nodiscard]] static transfer_handle failed_before_start(layer_range layers, std::exception_ptr e)
+  {
+    transfer_handle h;
+    h.state_ = std::make_shared<state>();
+    h.layers_ = layers;
+    h.fail(std::move(e));
+    return h;
+  }
   /// @brief For submit threads: enqueueing failed; waiters rethrow `e`.
   void fail(std::exception_ptr e) const noexcept
   {
@@ -174,7 +186,10 @@ class transfer_handle {
   }
   void await_recorded(std::size_t n) const
   {
-    for (auto r = state_->recorded.load(std::memory_order_acquire); r < n;
+    // A failed handle may have fewer events recorded than asked for (none, if it failed before it
+    // started): the failure ends the wait.
+    for (auto r = state_->recorded.load(std::memory_order_acquire);
+         r < n && !state_->failed.load(std::memory_order_acquire);
          r = state_->recorded.load(std::memory_order_acquire)) {
       state_->recorded.wait(r, std::memory_order_acquire);
     }
