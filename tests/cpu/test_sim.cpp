@@ -286,6 +286,13 @@ TEST_CASE("Mooncake traces replay: 512-token blocks become pages, equal leading 
   }
   STRATA_REQUIRE_THROWS(invalid_argument, "strata_mooncake.jsonl:1: no \"output_length\"",
                         replay("strata_mooncake.jsonl"));
+  for (char const* ids : {"[]", "[0, 1]"}) {  // one id per 512-token block: 100 tokens need exactly one
+    {
+      std::ofstream f{"strata_mooncake.jsonl"};
+      f << R"({"timestamp": 0, "input_length": 100, "output_length": 4, "hash_ids": )" << ids << "}\n";
+    }
+    STRATA_REQUIRE_THROWS(invalid_argument, "hash_ids for input_length 100", replay("strata_mooncake.jsonl"));
+  }
   std::remove("strata_mooncake.jsonl");
 }
 

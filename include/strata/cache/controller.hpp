@@ -226,7 +226,8 @@ class cache_controller {
     std::int64_t const ids = std::int64_t(r.tokens.size());
     std::int64_t const prompt = r.prompt_tokens > 0 ? r.prompt_tokens : (options_.page_ids ? 0 : ids);
     STRATA_EXPECTS(requests_.count(r.id) == 0, "cache_controller::submit: request ", r.id.value, " is already live");
-    STRATA_EXPECTS(ids > 0 && prompt > 0, "cache_controller::submit: request ", r.id.value,
+    // With page ids a prompt shorter than a page has no id at all: it is computed, never cached.
+    STRATA_EXPECTS((ids > 0 || options_.page_ids) && prompt > 0, "cache_controller::submit: request ", r.id.value,
                    " has no tokens (page-id mode needs prompt_tokens)");
     STRATA_EXPECTS(r.max_new_tokens >= 1, "cache_controller::submit: request ", r.id.value,
                    " must generate at least one token, got ", r.max_new_tokens);

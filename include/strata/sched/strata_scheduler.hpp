@@ -182,7 +182,7 @@ class strata_scheduler {
     // starves: with longest_prefix's order (balance), short prefills beside long ones; with the
     // remaining-work order, requests past their deadline beside the rest (SRPT keeps half).
     bool const by_work = options_.order == strata_order::remaining_work;
-    std::int64_t const short_share = v.token_budget / 2;
+    std::int64_t const short_share = std::max<std::int64_t>(1, (v.token_budget + 1) / 2);
     std::int64_t short_used = 0;
     bool long_waiting = !started.empty();
     std::size_t n_overdue = 0;
@@ -210,8 +210,9 @@ class strata_scheduler {
         }
         continue;
       }
-      bool const is_short =
-          by_work ? overdue[i] != 0 : options_.balance && !r.started && rank(i) < 3;  // the short share is balance's
+      // The short share is balance's; a chunked prefill under way is never capped (it holds its
+      // memory: capping could leave it neither planned nor progressing).
+      bool const is_short = !r.started && (by_work ? overdue[i] != 0 : options_.balance && rank(i) < 3);
       std::int64_t const cap = is_short && others_waiting ? std::min(budget, short_share - short_used) : budget;
       if (cap <= 0) {
         capped.push_back(i);  // may still get what the long ones leave
@@ -249,7 +250,7 @@ class strata_scheduler {
           v.costs->decode_s(v.running_sequences, v.running_context_tokens) * (1 + v.costs->io().decode_slowdown);
       if (stall > 0 && step > 0) {
         plan.bubble_decode_steps =
-            std::min<std::int64_t>(static_cast<std::int64_t>(stall / step), v.running_max_remaining);
+            static_cast<std::int64_t>(std::min(stall / step, static_cast<double>(v.running_max_remaining)));
       }
     }
     return plan;

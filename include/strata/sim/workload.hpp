@@ -518,6 +518,10 @@ inline workload replay(std::string const& path, std::int64_t page_tokens = 32, b
                          max_request_tokens, " ids");
         }
         if (mooncake) {
+          std::int64_t const blocks = (prompt + mooncake_block_tokens - 1) / mooncake_block_tokens;
+          STRATA_EXPECTS(std::int64_t(ids.size()) == blocks, "replay: ", path, ":", line_no, ": ", ids.size(),
+                         " hash_ids for input_length ", prompt, " (one per ", mooncake_block_tokens,
+                         "-token block: ", blocks, ")");
           // A prompt shorter than a page is padded to one: the controller needs a whole page.
           prompt = std::max(prompt, page_tokens);
           r.own = block_pages(ids, prompt);
