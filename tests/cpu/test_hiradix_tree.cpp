@@ -314,28 +314,47 @@ TEST_CASE("bad input is rejected and leaves the tree unchanged", "[cpu][hiradix]
   STRATA_REQUIRE_THROWS(invalid_argument, "does not exist", u.lock(r.node, tier::device));
 }
 
+namespace {
+
+/// Issue 9, item 12's setup: prefix `a` on the host only, its demotion host -> file and its load
+/// host -> device both pending.
+struct demotion_and_load {
+  hiradix_tree t{[] {
+    hiradix_config c;
+    c.page_tokens = 1;
+    c.capacity = {16, 2, 8, 0};
+    c.policy = write_policy::write_through;
+    return c;
+  }()};
+  tokens_t const a{1, 2};
+  eviction_result demotion;
+  std::vector<copy_order> load;
+
+  demotion_and_load()
+  {
+    (void)t.insert(a, std::vector<std::int64_t>{0, 1});
+    for (auto& o : t.take_copies()) {
+      (void)t.complete(o.id);
+    }                                   // a: device + host
+    (void)t.evict(tier::device, 2);     // a: host only
+    demotion = t.evict(tier::host, 2);  // demotion host -> file, pending
+    REQUIRE(demotion.demotions.size() == 1);
+    load = t.load(t.match(a).node, std::vector<std::int64_t>{5, 6});  // load host -> device, pending
+    REQUIRE(load.size() == 1);
+    REQUIRE(load[0].from == tier::host);
+  }
+};
+
+}  // namespace
+
 TEST_CASE("hiradix_tree: a completed demotion does not free the source a pending load reads", "[cpu][hiradix]")
 {
   // Issue 9, item 12: the host slots of `a` were freed while its load from the host was pending,
   // and the next backup was handed the same slots.
-  hiradix_config c;
-  c.page_tokens = 1;
-  c.capacity = {16, 2, 8, 0};
-  c.policy = write_policy::write_through;
-  hiradix_tree t(c);
-  tokens_t const a{1, 2};
-  (void)t.insert(a, std::vector<std::int64_t>{0, 1});
-  for (auto& o : t.take_copies()) {
-    (void)t.complete(o.id);
-  }                                 // a: device + host
-  (void)t.evict(tier::device, 2);   // a: host only
-  auto d = t.evict(tier::host, 2);  // demotion host -> file, pending
-  REQUIRE(d.demotions.size() == 1);
-  auto ld = t.load(t.match(a).node, std::vector<std::int64_t>{5, 6});  // load host -> device, pending
-  REQUIRE(ld.size() == 1);
-  REQUIRE(ld[0].from == tier::host);
-  std::vector<std::int64_t> const read = ld[0].from_pages;
-  (void)t.complete(d.demotions[0].id);  // the host copy must stay while the load reads it
+  demotion_and_load f;
+  hiradix_tree& t = f.t;
+  std::vector<std::int64_t> const read = f.load[0].from_pages;
+  (void)t.complete(f.demotion.demotions[0].id);  // the host copy must stay while the load reads it
   t.check_invariants();
   CHECK(t.free_slots(tier::host) == 0);
   // A new prefix's backup must not be handed the slots the load reads.
@@ -346,9 +365,9 @@ TEST_CASE("hiradix_tree: a completed demotion does not free the source a pending
     }
   }
   t.check_invariants();
-  (void)t.complete(ld[0].id);  // now the demoted host copy goes
+  (void)t.complete(f.load[0].id);  // now the demoted host copy goes
   t.check_invariants();
-  auto const m = t.probe(a);
+  auto const m = t.probe(f.a);
   CHECK(m.tokens == 2);
   CHECK(m.tier_tokens[0] == 2);
   CHECK(m.tier_tokens[1] == 0);
@@ -357,25 +376,14 @@ TEST_CASE("hiradix_tree: a completed demotion does not free the source a pending
 
 TEST_CASE("hiradix_tree: a cancelled load releases a source its completed demotion left", "[cpu][hiradix]")
 {
-  hiradix_config c;
-  c.page_tokens = 1;
-  c.capacity = {16, 2, 8, 0};
-  c.policy = write_policy::write_through;
-  hiradix_tree t(c);
-  tokens_t const a{1, 2};
-  (void)t.insert(a, std::vector<std::int64_t>{0, 1});
-  for (auto& o : t.take_copies()) {
-    (void)t.complete(o.id);
-  }
-  (void)t.evict(tier::device, 2);
-  auto d = t.evict(tier::host, 2);
-  auto ld = t.load(t.match(a).node, std::vector<std::int64_t>{5, 6});
-  (void)t.complete(d.demotions[0].id);
+  demotion_and_load f;
+  hiradix_tree& t = f.t;
+  (void)t.complete(f.demotion.demotions[0].id);
   CHECK(t.free_slots(tier::host) == 0);
-  CHECK(t.cancel(ld[0].id).empty());  // host slots, not device pages, come back
+  CHECK(t.cancel(f.load[0].id).empty());  // host slots, not device pages, come back
   t.check_invariants();
   CHECK(t.free_slots(tier::host) == 2);
-  auto const m = t.probe(a);
+  auto const m = t.probe(f.a);
   CHECK(m.tier_tokens[1] == 0);
   CHECK(m.tier_tokens[2] == 2);
 }
