@@ -49,10 +49,10 @@ namespace limits {
 constexpr std::int64_t max_requests = 10'000'000;
 constexpr double min_rate = 1e-3, max_rate = 1e6;  // requests/s
 constexpr int max_instances = 1024;
-constexpr std::int64_t max_tokens = 10'000'000;  // per request (prompt, output) and per prefill batch
+constexpr std::int64_t max_tokens = strata::sim::max_request_tokens;  // per request (prompt, output) and per batch
 constexpr std::int64_t max_device_pages = std::int64_t{1} << 24;
 constexpr std::int64_t max_host_pages = std::int64_t{1} << 30;
-constexpr double max_seconds = 1e9;  // trace arrivals and think times (about 32 years)
+constexpr double max_seconds = strata::sim::max_arrival_s;  // trace arrivals and think times (about 32 years)
 }  // namespace limits
 
 /// Defaults of the generated workloads: requests and arrival rate.
