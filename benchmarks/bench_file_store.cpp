@@ -13,6 +13,8 @@
 #include <strata/geometry.hpp>
 #include <strata/tier/file_store.hpp>
 
+#include "bench_main.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <sys/resource.h>
@@ -217,20 +219,7 @@ int main(int argc, char** argv)
 {
   register_geometry("llama3.1-8b-p32", strata::models::llama31_8b.geometry(32));  // 4 MiB records
   register_geometry("llama3.1-8b-p16", strata::models::llama31_8b.geometry(16));  // 2 MiB records
-  std::vector<char*> args(argv, argv + argc);
-  std::string reps = "--benchmark_repetitions=5", agg = "--benchmark_report_aggregates_only=true";
-  bool has_reps = false;
-  for (int i = 1; i < argc; ++i) {
-    has_reps = has_reps || std::string{argv[i]}.starts_with("--benchmark_repetitions");
-  }
-  if (!has_reps) {
-    args.push_back(reps.data());
-    args.push_back(agg.data());
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  strata::bench::run_benchmarks(argc, argv);
   std::error_code ec;
   fs::remove_all(bench_dir(), ec);
 }

@@ -6,6 +6,8 @@
 // Run with --benchmark_repetitions=5 (the default here) and read the median rows.
 #include <strata/strata.hpp>
 
+#include "bench_main.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -116,18 +118,5 @@ int main(int argc, char** argv)
   register_geometry("llama3.1-8b/p32", strata::models::llama31_8b.geometry(32), 16);             // 64 MiB
   register_geometry("llama3.1-8b-tp8/p32", strata::models::llama31_8b.geometry(32, 2, 8), 128);  // 64 MiB
   register_geometry("deepseek-v3-mla/p64", strata::models::deepseek_v3.geometry(64), 16);        // 69 MiB
-  std::vector<char*> args(argv, argv + argc);
-  std::string reps = "--benchmark_repetitions=5", agg = "--benchmark_report_aggregates_only=true";
-  bool has_reps = false;
-  for (int i = 1; i < argc; ++i) {
-    has_reps = has_reps || std::string{argv[i]}.starts_with("--benchmark_repetitions");
-  }
-  if (!has_reps) {
-    args.push_back(reps.data());
-    args.push_back(agg.data());
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  strata::bench::run_benchmarks(argc, argv);
 }
