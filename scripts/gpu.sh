@@ -3,7 +3,9 @@
 # On a machine with an NVIDIA GPU (sm_90): build everything, run the whole test suite (the [gpu]
 # tests included), compute-sanitizer memcheck on a quick pass of the [gpu] tests, the GPU example,
 # and the GPU benchmarks. Results and logs go to $OUT (default: build-gpu/results).
-# STRATA_BUILD_TARGETS limits what is built (default: all).
+# STRATA_BUILD_TARGETS limits what is built (default: all; when set, `tests` runs the [gpu] tests
+# only). Every step runs under a time limit (STRATA_STEP_TIMEOUT seconds, default 300; ctest: 150
+# per test) so that a hung copy shows up as a failure with its log instead of eating the machine.
 #
 #   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [engine] [engine-quick] [probe] [interference]
 #                  (default: tests memcheck bench-quick)
@@ -34,31 +36,36 @@ tail -n 30 "$out/build.log"
 [ $status -eq 0 ] || exit $status
 
 rc=0
+limit=${STRATA_STEP_TIMEOUT:-300}
+labels=""
+[ -n "${STRATA_BUILD_TARGETS:-}" ] && labels="-L gpu"
 for step in $steps; do
+  echo "== $step ($(date -u +%T))"
+
   case $step in
     tests)
-      ctest --test-dir build-gpu --output-on-failure -j 4 2>&1 | tee "$out/tests.log" | tail -n 25
+      timeout "$limit" ctest --test-dir build-gpu $labels --output-on-failure --timeout 150 -j 4 2>&1 | tee "$out/tests.log" | tail -n 25
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-      ./build-gpu/examples/gpu_layerwise_load 2>&1 | tee -a "$out/tests.log" || rc=1
+      timeout 120 ./build-gpu/examples/gpu_layerwise_load 2>&1 | tee -a "$out/tests.log" || rc=1
       ;;
     memcheck)
       for t in test_gpu_assisted test_dma test_staged test_pinned_pool test_sm_partition test_descriptor_ring test_checks \
         test_submit_thread test_controller_gpu; do
-        STRATA_GPU_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        STRATA_GPU_TEST_QUICK=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
           ./build-gpu/tests/$t 2>&1 | tail -n 4 | tee -a "$out/tests.log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       done
       ;;
     bench-quick)  # exits 1 if a repetition moved wrong bytes
-      ./build-gpu/benchmarks/gpu/bench_transfer --quick 2>&1 | tee "$out/bench_transfer.md" | tail -n 60
+      timeout "$limit" ./build-gpu/benchmarks/gpu/bench_transfer --quick 2>&1 | tee "$out/bench_transfer.md" | tail -n 60
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       ;;
     bench)
-      ./build-gpu/benchmarks/gpu/bench_transfer 2>&1 | tee "$out/bench_transfer.md" | tail -n 80
+      timeout "$limit" ./build-gpu/benchmarks/gpu/bench_transfer 2>&1 | tee "$out/bench_transfer.md" | tail -n 80
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       ;;
     engine | engine-quick)  # exits non-zero if a KV word read back was wrong
-      ./build-gpu/examples/engine_loop_gpu $([ "$step" = engine-quick ] && echo --quick) 2>&1 |
+      timeout "$limit" ./build-gpu/examples/engine_loop_gpu $([ "$step" = engine-quick ] && echo --quick) 2>&1 |
         tee "$out/engine_loop.md" | tail -n 40
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       ;;

@@ -58,7 +58,7 @@ class slot_allocator {
     STRATA_EXPECTS_AS(out_of_memory, n <= available(), "slot_allocator: asked for ", n, " slots, ", available(), " of ",
                       capacity(), " available");
     std::vector<std::int64_t> out(free_.end() - n, free_.end());
-    free_.resize(free_.size() - static_cast<std::size_t>(n));
+    free_.erase(free_.end() - n, free_.end());
     std::reverse(out.begin(), out.end());
     for (auto s : out) {
       allocated_[static_cast<std::size_t>(s)] = true;
