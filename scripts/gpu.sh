@@ -4,7 +4,9 @@
 # tests included), compute-sanitizer memcheck on a quick pass of the [gpu] tests, the GPU example,
 # and the GPU benchmarks. Results and logs go to $OUT (default: build-gpu/results).
 # STRATA_BUILD_TARGETS limits what is built (default: all; when set, `tests` runs the [gpu] tests
-# only). Every step runs under a time limit (STRATA_STEP_TIMEOUT seconds, default 300; ctest: 150
+# only). STRATA_BUILD_DIR names the build folder (default build-gpu); with STRATA_PREBUILT=1 the
+# script builds nothing and runs what that folder holds (binaries built on a like machine and carried
+# over: nvcc under a sandboxed device machine can take longer than a call's limit). Every step runs under a time limit (STRATA_STEP_TIMEOUT seconds, default 300; ctest: 150
 # per test) so that a hung copy shows up as a failure with its log instead of eating the machine.
 #
 #   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [engine] [engine-quick] [probe] [interference]
@@ -29,48 +31,51 @@ command -v ninja >/dev/null 2>&1 && gen="-G Ninja"
   echo "commit ${STRATA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "unknown (no .git: pass STRATA_COMMIT)")}"
   date -u
 } >"$out/machine.txt" 2>&1
-cmake -S . -B build-gpu $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 &&
-  cmake --build build-gpu -j "$(nproc)" --target ${STRATA_BUILD_TARGETS:-all} >>"$out/build.log" 2>&1
-status=$?
-tail -n 30 "$out/build.log"
-[ $status -eq 0 ] || exit $status
+build=${STRATA_BUILD_DIR:-build-gpu}
+if [ -z "${STRATA_PREBUILT:-}" ]; then
+  cmake -S . -B "$build" $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 &&
+    cmake --build "$build" -j "$(nproc)" --target ${STRATA_BUILD_TARGETS:-all} >>"$out/build.log" 2>&1
+  status=$?
+  tail -n 30 "$out/build.log"
+  [ $status -eq 0 ] || exit $status
+fi
 
 rc=0
 limit=${STRATA_STEP_TIMEOUT:-300}
 labels=""
-[ -n "${STRATA_BUILD_TARGETS:-}" ] && labels="-L gpu"
+[ -n "${STRATA_BUILD_TARGETS:-}${STRATA_PREBUILT:-}" ] && labels="-L gpu"
 for step in $steps; do
   echo "== $step ($(date -u +%T))"
 
   case $step in
     tests)
-      timeout "$limit" ctest --test-dir build-gpu $labels --output-on-failure --timeout 150 -j 4 2>&1 | tee "$out/tests.log" | tail -n 25
+      timeout "$limit" ctest --test-dir "$build" $labels --output-on-failure --timeout 150 -j "${STRATA_CTEST_JOBS:-1}" 2>&1 | tee "$out/tests.log" | tail -n 25
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-      timeout 120 ./build-gpu/examples/gpu_layerwise_load 2>&1 | tee -a "$out/tests.log" || rc=1
+      timeout 120 ./$build/examples/gpu_layerwise_load 2>&1 | tee -a "$out/tests.log" || rc=1
       ;;
     memcheck)
       for t in test_gpu_assisted test_dma test_staged test_pinned_pool test_sm_partition test_descriptor_ring test_checks \
         test_submit_thread test_controller_gpu; do
         STRATA_GPU_TEST_QUICK=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-          ./build-gpu/tests/$t 2>&1 | tail -n 4 | tee -a "$out/tests.log"
+          ./$build/tests/$t 2>&1 | tail -n 4 | tee -a "$out/tests.log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       done
       ;;
     bench-quick)  # exits 1 if a repetition moved wrong bytes
-      timeout "$limit" ./build-gpu/benchmarks/gpu/bench_transfer --quick 2>&1 | tee "$out/bench_transfer.md" | tail -n 60
+      timeout "$limit" ./$build/benchmarks/gpu/bench_transfer --quick 2>&1 | tee "$out/bench_transfer.md" | tail -n 60
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       ;;
     bench)
-      timeout "$limit" ./build-gpu/benchmarks/gpu/bench_transfer 2>&1 | tee "$out/bench_transfer.md" | tail -n 80
+      timeout "$limit" ./$build/benchmarks/gpu/bench_transfer 2>&1 | tee "$out/bench_transfer.md" | tail -n 80
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       ;;
     engine | engine-quick)  # exits non-zero if a KV word read back was wrong
-      timeout "$limit" ./build-gpu/examples/engine_loop_gpu $([ "$step" = engine-quick ] && echo --quick) 2>&1 |
+      timeout "$limit" ./$build/examples/engine_loop_gpu $([ "$step" = engine-quick ] && echo --quick) 2>&1 |
         tee "$out/engine_loop.md" | tail -n 40
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       ;;
-    probe) ./build-gpu/benchmarks/gpu/bench_copy_probe 2>&1 | tee "$out/bench_copy_probe.md" ;;
-    interference) ./build-gpu/benchmarks/gpu/bench_interference 2>&1 | tee "$out/bench_interference.md" | tail -n 80 ;;
+    probe) ./$build/benchmarks/gpu/bench_copy_probe 2>&1 | tee "$out/bench_copy_probe.md" ;;
+    interference) ./$build/benchmarks/gpu/bench_interference 2>&1 | tee "$out/bench_interference.md" | tail -n 80 ;;
     *) echo "unknown step $step" >&2; rc=2 ;;
   esac
 done
