@@ -108,10 +108,16 @@ class model {
     STRATA_CUDA_TRY(cudaMemset(bad_.data(), 0, sizeof(unsigned long long)));
   }
 
-  /// Uploads the batch's page lists (the previous batch's kernels must have finished: the caller syncs).
+  /// Uploads the batch's page lists, growing the lists' buffers when a batch needs more (the previous
+  /// batch's kernels must have finished: the caller syncs).
   void set_batch(std::vector<page_job> const& read, std::vector<page_job> const& write, int tokens, cudaStream_t s)
   {
-    STRATA_EXPECTS(read.size() <= max_jobs_ && write.size() <= max_jobs_, "model: too many pages in a batch");
+    if (std::max(read.size(), write.size()) > max_jobs_) {  // requests sharing a document read its pages each
+      STRATA_CUDA_TRY(cudaStreamSynchronize(s));
+      max_jobs_ = std::max(read.size(), write.size());
+      jobs_ = detail::device_buffer(2 * max_jobs_ * sizeof(page_job));
+      staging_ = detail::pinned_buffer(2 * max_jobs_ * sizeof(page_job));
+    }
     auto* host = reinterpret_cast<page_job*>(staging_.data());
     std::copy(read.begin(), read.end(), host);
     std::copy(write.begin(), write.end(), host + max_jobs_);

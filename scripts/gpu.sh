@@ -6,8 +6,10 @@
 # STRATA_BUILD_TARGETS limits what is built (default: all; when set, `tests` runs the [gpu] tests
 # only). STRATA_BUILD_DIR names the build folder (default build-gpu); with STRATA_PREBUILT=1 the
 # script builds nothing and runs what that folder holds (binaries built on a like machine and carried
-# over: nvcc under a sandboxed device machine can take longer than a call's limit). Every step runs under a time limit (STRATA_STEP_TIMEOUT seconds, default 300; ctest: 150
-# per test) so that a hung copy shows up as a failure with its log instead of eating the machine.
+# over: nvcc under a sandboxed device machine can take longer than a call's limit).
+# STRATA_CTEST_ARGS adds arguments to ctest (e.g. -E test_gpu_assisted). Every step runs under a
+# time limit (STRATA_STEP_TIMEOUT seconds, default 300; ctest: 150 per test) so that a hung copy
+# shows up as a failure with its log instead of eating the machine.
 #
 #   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [engine] [engine-quick] [probe] [interference]
 #                  (default: tests memcheck bench-quick)
@@ -49,7 +51,7 @@ for step in $steps; do
 
   case $step in
     tests)
-      timeout "$limit" ctest --test-dir "$build" $labels --output-on-failure --timeout 150 -j "${STRATA_CTEST_JOBS:-1}" 2>&1 | tee "$out/tests.log" | tail -n 25
+      timeout "$limit" ctest --test-dir "$build" $labels ${STRATA_CTEST_ARGS:-} --output-on-failure --timeout 150 -j "${STRATA_CTEST_JOBS:-1}" 2>&1 | tee "$out/tests.log" | tail -n 25
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       timeout 120 ./$build/examples/gpu_layerwise_load 2>&1 | tee -a "$out/tests.log" || rc=1
       ;;
