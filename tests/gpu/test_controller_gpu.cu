@@ -10,16 +10,18 @@
 
 #include <strata/cache/gpu_executor.cuh>
 
+#include <filesystem>
 #include <map>
 #include <random>
 #include <unordered_map>
+
+#include <unistd.h>
 
 using namespace strata;
 
 namespace {
 
 using tokens_t = std::vector<std::int32_t>;
-using controller = cache_controller<gpu_policies<layer_first>>;
 
 kv_geometry const geo{4, 16, 2, 64, 2, 2};  // 4 layers, 16-token pages, 128-byte head rows: 32 KiB pages
 
@@ -59,8 +61,12 @@ bool block_ok(std::byte const* b, std::uint64_t key, std::int64_t layer, std::in
   return true;
 }
 
-/// A GPU engine driving the controller; it checks every page it reads.
-struct gpu_engine {
+/// A GPU engine driving the controller; it checks every page it reads. `Lower`: tiers below the
+/// pinned host tier (a `file_store&`).
+template <class... Lower>
+struct basic_gpu_engine {
+  using controller = cache_controller<gpu_policies<layer_first, Lower...>>;
+
   std::mt19937_64 rng;
   std::int64_t device_pages;
   test::device_storage memory;
@@ -80,13 +86,14 @@ struct gpu_engine {
   std::uint64_t next_id = 1;
   std::int64_t checked_pages = 0, checked_host_pages = 0;
 
-  gpu_engine(std::uint64_t seed, std::int64_t dev, std::int64_t host, gpu_executor_config config)
+  basic_gpu_engine(std::uint64_t seed, std::int64_t dev, std::int64_t host, gpu_executor_config config, Lower&&... lower)
       : rng{seed},
         device_pages{dev},
         memory(std::size_t(dev * geo.page_bytes())),
         layout{memory.data(), geo, dev},
-        cache{controller::tiers_type{device_pool<layer_first>{layout}, pinned_host_pool{geo, host}}, options(), strata_scheduler{},
-              gpu_executor{std::move(config)}}
+        cache{typename controller::tiers_type{device_pool<layer_first>{layout}, pinned_host_pool{geo, host},
+                                              std::forward<Lower>(lower)...},
+              options(), strata_scheduler{}, gpu_executor{std::move(config)}}
   {
     STRATA_CUDA_TRY(cudaMemset(memory.data(), 0xA5, memory.size()));  // poison
     STRATA_CUDA_TRY(cudaDeviceSynchronize());
@@ -158,7 +165,7 @@ struct gpu_engine {
       cache.executor().synchronize();
     }
     REQUIRE(cache.pending_submissions() == 0);
-    auto& host = cache.tiers().get<tier::host>();
+    auto& host = cache.tiers().template get<tier::host>();
     page_first_chunked const l = host.layout();
     for (std::int64_t s = 0; s < host.capacity(); ++s) {
       if (!host.slots().is_allocated(s)) { continue; }
@@ -199,7 +206,7 @@ struct gpu_engine {
   /// prefill "computed" and committed.
   void round()
   {
-    std::vector<controller::load_handle_type> batches;
+    std::vector<typename controller::load_handle_type> batches;
     for (int b = 0; b < 2; ++b) {
       batch_plan const plan = cache.schedule({std::int64_t(256 + rng() % 512), 0, 0, 0});
       batches.push_back(cache.begin_loads(plan, compute.get()));
@@ -284,10 +291,11 @@ struct gpu_engine {
   }
 };
 
-void run_loop(gpu_executor_config config, std::uint64_t seed, gpu_activity activity, int rounds)
+using gpu_engine = basic_gpu_engine<>;
+
+template <class Engine>
+void run_rounds(Engine& e, int rounds)
 {
-  gpu_engine e{seed, 28, 96, config};  // ~2 documents on the device
-  e.cache.executor().set_activity(activity);
   for (int i = 0; i < rounds; ++i) {
     for (int k = 0; k < 3; ++k) {
       e.submit();
@@ -300,6 +308,13 @@ void run_loop(gpu_executor_config config, std::uint64_t seed, gpu_activity activ
   e.drain();
   e.verify_host();
   e.cache.check_invariants();
+}
+
+void run_loop(gpu_executor_config config, std::uint64_t seed, gpu_activity activity, int rounds)
+{
+  gpu_engine e{seed, 28, 96, config};  // ~2 documents on the device
+  e.cache.executor().set_activity(activity);
+  run_rounds(e, rounds);
   auto const s = e.cache.stats();
   auto const x = e.cache.executor().stats();
   WARN("pages checked: device " << e.checked_pages << ", host " << e.checked_host_pages << "; bytes host->device "
@@ -392,4 +407,65 @@ TEST_CASE("gpu_executor: a refused submission fails its handle, never throws", "
   load_handle<transfer_handle> lh;
   lh.transfer = h;
   CHECK_FALSE(wait_layer(lh, 0, e.compute.get()));
+}
+
+TEST_CASE("gpu controller: a stream of another device is refused before anything changes", "[gpu][controller]")
+{
+  gpu_engine e{6, 8, 8, gpu_executor_config{}};
+  for (cudaStream_t s : {cudaStream_t{}, cudaStreamLegacy, cudaStreamPerThread, e.compute.get()}) {
+    CHECK_NOTHROW(e.cache.executor().check_stream(s));
+  }
+  int devices = 0;
+  STRATA_CUDA_TRY(cudaGetDeviceCount(&devices));
+  if (devices < 2) {
+    WARN("one device: the other-device stream case needs two");
+    return;
+  }
+  tokens_t const prompt(std::size_t(3 * geo.page_tokens), 7);
+  e.cache.submit({request_id{1}, prompt, 0, 1, 0.0});
+  batch_plan const plan = e.cache.schedule({4096, 0, 0, 0});
+  REQUIRE(plan.prefills.size() == 1);
+  STRATA_CUDA_TRY(cudaSetDevice(1));
+  detail::cuda_stream other;
+  STRATA_CUDA_TRY(cudaSetDevice(0));
+  auto const before = e.cache.stats();
+  STRATA_REQUIRE_THROWS(invalid_argument, "belongs to device 1", e.cache.begin_loads(plan, other.get()));
+  STRATA_REQUIRE_THROWS(invalid_argument, "belongs to device 1", e.cache.evict(tier::device, 1, other.get()));
+  CHECK(e.cache.stats().computed_tokens == before.computed_tokens);
+  auto loads = e.cache.begin_loads(plan, e.compute.get());  // the plan is still the one to begin
+  CHECK(loads.ran.size() == 1);
+  STRATA_CUDA_TRY(cudaStreamSynchronize(e.compute.get()));
+  (void)e.cache.complete(loads);
+  e.cache.release(request_id{1});
+  e.cache.check_invariants();
+}
+
+TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the host", "[gpu][controller][file]")
+{
+  // A host tier of 12 pages over a file tier: documents are demoted to the files under host pressure
+  // and loaded back file -> pinned bounce -> device, checked byte for byte like every other load.
+  namespace fs = std::filesystem;
+  fs::path const dir = fs::temp_directory_path() / ("strata_gpu_file_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  int const rounds = std::getenv("STRATA_GPU_TEST_QUICK") != nullptr ? 12 : 40;
+  for (gpu_backend b : {gpu_backend::gpu_assisted, gpu_backend::dma_batch}) {
+    INFO("backend " << to_string(b));
+    file_store_options o;
+    o.directory = dir.string();
+    file_store disk{geo, 512, o};
+    gpu_executor_config c;
+    c.force = b;
+    basic_gpu_engine<file_store&> e{300 + std::uint64_t(b), 28, 12, c, disk};
+    run_rounds(e, rounds);
+    auto const s = e.cache.stats();
+    WARN("pages checked: device " << e.checked_pages << "; hit tokens device/host/file " << s.hit_tokens[0] << "/"
+                                  << s.hit_tokens[1] << "/" << s.hit_tokens[2] << "; bytes file->device "
+                                  << s.bytes_moved[2][0] << ", host->file " << s.bytes_moved[1][2]);
+    CHECK(e.checked_pages > 100);
+    CHECK(s.hit_tokens[2] > 0);           // loads from the file tier happened
+    CHECK(s.bytes_moved[1][2] > 0);       // demotions to the files happened
+    CHECK(s.failed_transfers == 0);
+    CHECK(e.cache.executor().stats().failed_submissions == 0);
+  }
+  fs::remove_all(dir);
 }

@@ -293,11 +293,13 @@ class cache_controller {
    *        one executor submission on `stream`, and advances every item's prefill. First chunks that
    *        find no device memory, whose prefix another request began computing since the plan was
    *        made, or whose cached node is gone, are skipped (they wait for a later round).
-   * @throw strata::invalid_argument for a plan that is not the last one scheduled, or one already begun
+   * @throw strata::invalid_argument for a plan that is not the last one scheduled, or one already
+   *        begun, or a stream the executor refuses (another device's); nothing changes then
    */
   [[nodiscard]] load_handle_type begin_loads(batch_plan const& plan, stream_type stream = {})
   {
     std::lock_guard lock{m_};
+    check_stream(stream);
     STRATA_EXPECTS(plan.round == round_ && plan.round != begun_, "cache_controller::begin_loads: plan of round ",
                    plan.round, " is not the last one scheduled (", round_, ") or was begun already");
     begun_ = plan.round;
@@ -404,11 +406,13 @@ class cache_controller {
    * @brief The request's prompt is computed: its pages enter the index (its own transient prefix is
    *        committed; pages another request committed meanwhile are swapped for the index's and
    *        freed), backups follow the write policy (submitted on `stream`, after the work there).
-   * @throw strata::invalid_argument for an unknown request, or one whose last chunk has not run
+   * @throw strata::invalid_argument for an unknown request, one whose last chunk has not run, or a
+   *        stream the executor refuses
    */
   prefill_result<handle_type> finish_prefill(request_id id, stream_type stream = {})
   {
     std::lock_guard lock{m_};
+    check_stream(stream);
     state& s = live(id, "finish_prefill");
     STRATA_EXPECTS(s.at == stage::prefilled, "cache_controller::finish_prefill: request ", id.value,
                    s.at == stage::running ? " finished its prefill already" : " has prompt chunks left to run");
@@ -458,12 +462,14 @@ class cache_controller {
    *        from the request's page table first (only after `finish_prefill`).
    *
    * Releasing a request that has not finished its prefill aborts it (its transient prefix is dropped).
-   * @throw strata::invalid_argument for an unknown request, `cache_tokens` before `finish_prefill`,
+   * @throw strata::invalid_argument for a stream the executor refuses, an unknown request,
+   *        `cache_tokens` before `finish_prefill`,
    *        tokens that do not extend the prompt, or more whole pages than its page table holds
    */
   void release(request_id id, std::span<std::int32_t const> cache_tokens = {}, stream_type stream = {})
   {
     std::lock_guard lock{m_};
+    check_stream(stream);
     state& s = live(id, "release");
     if (!cache_tokens.empty()) {
       STRATA_EXPECTS(s.at == stage::running, "cache_controller::release: request ", id.value,
@@ -494,11 +500,13 @@ class cache_controller {
   /**
    * @brief Frees at least `pages` pages of tier `t` (least recently used first; demotions submitted
    *        on `stream`). @return pages leaving the tier
-   * @throw strata::invalid_argument for a negative count or a tier the stack lacks
+   * @throw strata::invalid_argument for a negative count, a tier the stack lacks, or a stream the
+   *        executor refuses
    */
   std::int64_t evict(tier t, std::int64_t pages, stream_type stream = {})
   {
     std::lock_guard lock{m_};
+    check_stream(stream);
     eviction_result r = tree_.evict(t, pages);
     if (t == tier::device) { release_device(r.freed); }
     queued_.insert(queued_.end(), std::make_move_iterator(r.demotions.begin()),
@@ -753,6 +761,13 @@ class cache_controller {
   }
 
   /// Hands queued backups and demotions to the executor.
+  /// A stream the executor cannot order its copies with is refused before anything changes
+  /// (executors that can tell, e.g. `gpu_executor::check_stream` for a stream of another device).
+  void check_stream(stream_type const& stream) const
+  {
+    if constexpr (requires { executor_.check_stream(stream); }) { executor_.check_stream(stream); }
+  }
+
   void submit_queued(stream_type stream)
   {
     for (auto& o : tree_.take_copies()) {

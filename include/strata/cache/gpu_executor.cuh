@@ -16,6 +16,7 @@
 
 #include <strata/cache/controller.hpp>
 #include <strata/cache/executor.hpp>
+#include <strata/tier/file_store.hpp>
 #include <strata/tier/pinned_host_pool.cuh>
 #include <strata/transfer/backend.cuh>
 #include <strata/transfer/choice.hpp>
@@ -128,6 +129,8 @@ struct gpu_executor_stats {
  *   stream has drained (nothing of it still writes).
  * - `dma_batch` goes through the executor's `submit_thread` (when configured, for single-direction
  *   submissions): its CPU cost leaves the engine's thread.
+ * - Devices: the executor copies on the device current at its first `submit`; a stream of another
+ *   device is refused (`check_stream`, which the controller calls before changing anything).
  * - Thread safety: `submit` is serialised by the controller's lock; `status`, `set_activity` and
  *   `stats` may be called from any thread.
  *
@@ -181,6 +184,7 @@ class gpu_executor {
     state& st = *state_;
     layer_range const all = layer_range::all(tiers.geometry());
     try {
+      check_stream(stream);
       cuda_parts& cp = st.parts();
       cudaStream_t const s = kind == copy_kind::load ? cp.load_stream : cp.copy_stream;
       if (stream != s) {  // after the caller's work, without holding the caller's later work back
@@ -202,9 +206,13 @@ class gpu_executor {
           if constexpr (addressable_store<S> && addressable_store<D>) {
             copy_plan const plan{src.layout(), dst.layout(), pairs, all};
             last = issue(plan, kind, s, directions == 1);
+          } else if constexpr (record_store<S> && addressable_store<D>) {
+            last = from_records(src, dst, pairs, kind, s);
+          } else if constexpr (addressable_store<S> && record_store<D>) {
+            last = to_records(src, dst, pairs, s);
           } else {
             STRATA_EXPECTS(false, "gpu_executor: no copy between the ", to_string(S::kind), " and ",
-                           to_string(D::kind), " tiers (both need a layout)");
+                           to_string(D::kind), " tiers (each needs a layout or records)");
           }
         });
       } catch (invalid_argument const&) {
@@ -220,6 +228,23 @@ class gpu_executor {
       ++st.failed;
       return failed_handle(all, std::current_exception());
     }
+  }
+
+  /**
+   * @brief Throws unless `stream` can order this executor's copies: a stream of the device the
+   *        executor serves (the one current at its first `submit`; before that, the current one), or
+   *        the legacy / per-thread default stream. The controller calls it before it changes anything.
+   * @throw strata::invalid_argument naming both devices
+   */
+  void check_stream(stream_type stream) const
+  {
+    if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) { return; }
+    int current = 0, of_stream = 0;
+    STRATA_CUDA_TRY(cudaGetDevice(&current));
+    STRATA_CUDA_TRY(cudaStreamGetDevice(stream, &of_stream));
+    int const served = state_->cuda ? state_->cuda->device : current;
+    STRATA_EXPECTS(of_stream == served, "gpu_executor: the stream belongs to device ", of_stream,
+                   ", the executor copies on device ", served);
   }
 
   /// @brief `done` once every copy landed, `failed` if enqueueing failed or a CUDA error surfaced,
@@ -282,6 +307,7 @@ class gpu_executor {
     explicit cuda_parts(gpu_executor_config const& c)
         : load{c.load_kernel, c.dma, c.staged}, copy{c.copy_kernel, c.dma, c.staged}, direct{c.dma}
     {
+      STRATA_CUDA_TRY(cudaGetDevice(&device));
       int low = 0, high = 0;
       STRATA_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&low, &high));
       if (c.load_stream == nullptr) { own_load.emplace(high); }
@@ -308,6 +334,7 @@ class gpu_executor {
       if (cudaStreamSynchronize(copy_stream) != cudaSuccess) { (void)cudaGetLastError(); }
     }
 
+    int device = 0;  // where the streams, backends and their memory live
     std::optional<detail::cuda_stream> own_load, own_copy;
     cudaStream_t load_stream{}, copy_stream{};
     detail::cuda_event order;
@@ -316,6 +343,8 @@ class gpu_executor {
     dma_batch direct;                     // dma_batch on the calling thread (no submit thread, or several directions)
     std::optional<submit_thread> thread;  // destroyed first: it finishes enqueueing into `load`/`copy`
     std::array<transfer_handle, 2> threaded;  // the submit thread's last transfer of each kind
+    detail::pinned_buffer bounce;             // page-first records to and from record stores (files)
+    transfer_handle bounce_use;               // the last transfer reading the bounce buffer
   };
 
   struct state {
@@ -427,6 +456,89 @@ class gpu_executor {
     return h;
   }
 
+  /// Page-first records in the bounce buffer for `n` pages, once the last transfer reading or
+  /// writing them has landed (`bounce_use`). The buffer grows to the largest transfer seen.
+  page_first bounce_records(kv_geometry const& g, std::int64_t n)
+  {
+    cuda_parts& cp = *state_->cuda;
+    if (cp.bounce_use.valid() && !cp.bounce_use.failed()) { cp.bounce_use.synchronize(); }
+    cp.bounce_use = {};
+    auto const bytes = std::size_t(n * g.page_bytes());
+    if (cp.bounce.size() < bytes) {
+      cp.bounce = detail::pinned_buffer{};  // the old one goes first: pinned memory is scarce
+      cp.bounce = detail::pinned_buffer{bytes};
+    }
+    return page_first{cp.bounce.data(), g, n};
+  }
+
+  /// Record `i` of the bounce buffer holds pair `i`: the pairs seen from the records' side.
+  static std::vector<page_pair> through_records(std::span<page_pair const> pairs, bool records_are_source)
+  {
+    std::vector<page_pair> out(pairs.size());
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      out[i] = records_are_source ? page_pair{std::int64_t(i), pairs[i].dst} : page_pair{pairs[i].src, std::int64_t(i)};
+    }
+    return out;
+  }
+
+  /// A record store (a file tier) into an addressable one: the records are read into the pinned
+  /// bounce buffer on this thread (a failed read throws: the submission fails, the load is a miss),
+  /// then copied into the device pool like any host load (per layer) or into host memory by the CPU.
+  template <class S, class D>
+  transfer_handle from_records(S& src, D& dst, std::span<page_pair const> pairs, copy_kind kind, cudaStream_t s)
+  {
+    kv_geometry const g = src.geometry();
+    std::int64_t const n = std::int64_t(pairs.size());
+    page_first const records = bounce_records(g, n);
+    std::vector<std::int64_t> slots(pairs.size());
+    std::vector<std::byte*> at(pairs.size());
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      slots[i] = pairs[i].src;
+      at[i] = records.page_data(std::int64_t(i));
+    }
+    if (!src.read(slots, at)) {
+      throw error(detail::concat("strata: gpu_executor: reading ", n, " records from the ", to_string(S::kind),
+                         " tier failed (the load is a miss)"));
+    }
+    auto const moves = through_records(pairs, true);
+    copy_plan const plan{records, dst.layout(), std::span<page_pair const>{moves}, layer_range::all(g)};
+    if constexpr (D::kind == tier::device) {
+      state_->cuda->bounce_use = issue(plan, kind, s, false);
+      return state_->cuda->bounce_use;
+    } else {
+      host_copy{}.copy(plan);  // host memory: the CPU copies, nothing in flight
+      return {};
+    }
+  }
+
+  /// An addressable store into a record store: pages into the bounce buffer (from the device: a
+  /// copy waited for here), then written as records on this thread (a failed write throws).
+  template <class S, class D>
+  transfer_handle to_records(S& src, D& dst, std::span<page_pair const> pairs, cudaStream_t s)
+  {
+    kv_geometry const g = src.geometry();
+    std::int64_t const n = std::int64_t(pairs.size());
+    page_first const records = bounce_records(g, n);
+    auto const moves = through_records(pairs, false);
+    copy_plan const plan{src.layout(), records, std::span<page_pair const>{moves}, layer_range::all(g)};
+    if constexpr (S::kind == tier::device) {
+      transfer_handle const h = issue(plan, copy_kind::copy, s, false);
+      h.synchronize();  // rethrows what failed
+    } else {
+      host_copy{}.copy(plan);
+    }
+    std::vector<std::int64_t> slots(pairs.size());
+    std::vector<std::byte const*> from(pairs.size());
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      slots[i] = pairs[i].dst;
+      from[i] = records.page_data(std::int64_t(i));
+    }
+    if (!dst.write(slots, from)) {
+      throw error(detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind), " tier failed"));
+    }
+    return {};
+  }
+
   static transfer_handle failed_handle(layer_range layers, std::exception_ptr e)
   {
     if (!e) { e = std::make_exception_ptr(invalid_argument("strata: gpu_executor: nothing to copy")); }
@@ -437,16 +549,19 @@ class gpu_executor {
   std::unique_ptr<state> state_;
 };
 static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, pinned_host_pool>>);
+static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, pinned_host_pool, file_store&>>);
 
 /**
  * @brief The policy bundle of a GPU engine: the engine's pool in `Layout` (device memory), a pinned
- *        host tier, the Strata strategy, `gpu_executor`.
+ *        host tier, optionally record stores below it, the Strata strategy, `gpu_executor`.
  * @tparam Layout the engine's `kv_layout` (`layer_first`, `layer_first_table` from `sglang_layout`,
  *         `vllm_layout`, ...)
+ * @tparam Lower tiers below the host, slower in order: e.g. `file_store&` (the NVMe tier, held by
+ *         reference; records move through the executor's pinned bounce buffer)
  */
-template <kv_layout Layout>
+template <kv_layout Layout, class... Lower>
 struct gpu_policies {
-  using tiers = tier_stack<device_pool<Layout>, pinned_host_pool>;  ///< device and pinned host tiers
+  using tiers = tier_stack<device_pool<Layout>, pinned_host_pool, Lower...>;  ///< device, pinned host, lower
   using scheduler = strata_scheduler;                               ///< delay hits, balance, bubbles
   using executor = gpu_executor;                                    ///< GPU transfers, chosen per transfer
 };
