@@ -371,6 +371,71 @@ TEST_CASE("strata puts hits before chunked prefills and trims loads the batch ca
   CHECK(trim_only.prefills.front().chunk_tokens == 8192);
 }
 
+TEST_CASE("chunked prefills under way go before every request not yet started", "[cpu][sched]")
+{
+  // Request 1's prefill is under way (it holds its device pages, 48,000 tokens to go); request 2,
+  // a 10,000-token miss, has less work left, but starting it would leave request 1 holding its pages
+  // while it waits. Request 3 is a device hit with 32 tokens to compute.
+  fixture f;
+  auto const doc = pages(1000, 100);
+  f.cache(doc, false);
+  f.wait(pages(500000, 1750), 1750 * 32);
+  f.waiting[0].started = true;
+  f.waiting[0].prefilled_tokens = 8000;
+  f.wait(pages(600000, 313), 10000);
+  auto const started_first = [&](batch_plan const& p, std::int64_t chunk) {
+    REQUIRE(!p.prefills.empty());
+    CHECK(p.prefills.front().id == request_id{1});
+    CHECK(p.prefills.front().chunk_tokens == chunk);
+  };
+  // Every order, with or without balance and deadlines (no short request waits: balance has no share).
+  for (strata_options const so : {strata_options{}, strata_options{.deadline_slack = 0},
+                                  strata_options{.balance = false}, strata_options{.deadline_slack = 1}}) {
+    started_first(strata_scheduler{so}.schedule(f.view()), 8192);
+  }
+  // The baselines (the toolkit's fill, as SGLang's prefill adder takes its chunked request first).
+  started_first(sjf{}.schedule(f.view()), 8192);
+  started_first(srpt{}.schedule(f.view()), 8192);
+  started_first(longest_prefix{}.schedule(f.view()), 8192);
+  started_first(fifo{}.schedule(f.view()), 8192);
+  // Two under way keep their relative order, both before the miss.
+  fixture g;
+  g.wait(pages(500000, 1750), 1750 * 32);
+  g.waiting[0].started = true;
+  g.waiting[0].prefilled_tokens = 8000;
+  g.wait(pages(600000, 313), 10000);
+  g.wait(pages(700000, 400), 400 * 32);
+  g.waiting[2].started = true;
+  g.waiting[2].prefilled_tokens = 400 * 32 - 100;
+  auto const two = strata_scheduler{{.balance = false}}.schedule(g.view());
+  REQUIRE(two.prefills.size() == 2);
+  CHECK(two.prefills[0].id == request_id{3});  // its rest is shorter: the remaining-work order's
+  CHECK(two.prefills[0].chunk_tokens == 100);
+  CHECK(two.prefills[1].id == request_id{1});
+  CHECK(two.prefills[1].chunk_tokens == 8092);
+
+  // A hit waits too. Balance: it rides beside the chunk within half the budget; the chunk gets the
+  // rest, never less than half. Without balance the chunk takes the whole budget first.
+  auto hit = doc;
+  hit.push_back(7);
+  f.wait(hit, 101 * 32);
+  auto const balanced = strata_scheduler{}.schedule(f.view());
+  CHECK(ids_of(balanced) == std::vector<request_id>{request_id{3}, request_id{1}});
+  CHECK(balanced.prefills[1].chunk_tokens == 8192 - 32);
+  started_first(strata_scheduler{{.balance = false}}.schedule(f.view()), 8192);
+  // Many short requests: they take half the budget, the chunk the other half.
+  for (int k = 0; k < 20; ++k) {
+    f.wait(pages(800000 + 100 * k, 20), 20 * 32);
+  }
+  auto const crowded = strata_scheduler{}.schedule(f.view());
+  std::int64_t chunk = 0;
+  for (auto const& it : crowded.prefills) {
+    chunk += it.id == request_id{1} ? it.chunk_tokens : 0;
+  }
+  CHECK(chunk >= 4096);
+  CHECK(crowded.tokens() == 8192);
+}
+
 TEST_CASE("strata ranks by remaining work per request served, and serves requests past their deadline first",
           "[cpu][sched]")
 {

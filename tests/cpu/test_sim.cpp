@@ -409,6 +409,57 @@ TEST_CASE("delay-hit scenarios: random traces with deep shared prefixes compute 
   CHECK(baseline_redundant > 0);
 }
 
+namespace {
+
+/// strata, checked on every round: the chunked prefills under way get the whole budget they need,
+/// or at least half of it with balance (short prefills ride beside them within the other half).
+struct checked_strata {
+  static constexpr char const* name = "strata (checked)";
+  strata_scheduler inner;
+  std::shared_ptr<std::int64_t> short_changed = std::make_shared<std::int64_t>(0);  // rounds that broke it
+  std::shared_ptr<std::int64_t> rounds_with_started = std::make_shared<std::int64_t>(0);
+  [[nodiscard]] bool uses_transient_nodes() const noexcept { return inner.uses_transient_nodes(); }
+  [[nodiscard]] batch_plan schedule(scheduler_view const& v) const
+  {
+    batch_plan p = inner.schedule(v);
+    std::int64_t rest = 0, got = 0, beside = 0;  // beside: short prefills (balance's share)
+    for (auto const& r : v.waiting) {
+      rest += r.started ? r.prompt_tokens - r.prefilled_tokens : 0;
+    }
+    std::int64_t const short_tokens = (v.token_budget + 1) / 2;  // completes within the share
+    for (auto const& it : p.prefills) {
+      bool const started = v.waiting[it.index].started;
+      got += started ? it.chunk_tokens : 0;
+      beside += !started && it.last_chunk && it.chunk_tokens <= short_tokens ? it.chunk_tokens : 0;
+    }
+    if (!inner.options().balance) { beside = 0; }
+    std::int64_t const due = std::min(rest, v.token_budget - std::min(beside, (v.token_budget + 1) / 2));
+    *rounds_with_started += rest > 0;
+    *short_changed += got < due;
+    return p;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("chunked prefills under way are continued every round, before requests not yet started", "[cpu][sim]")
+{
+  // Long documents with bursts of questions: hits and short misses arrive while 20K-100K-token
+  // prompts are chunked, and under the remaining-work order used to outrank them.
+  auto const w = long_documents({.requests = 300, .rate = 4, .seed = 4, .documents = 60, .questions_per_visit = 2});
+  for (strata_options const so : {strata_options{}, strata_options{.balance = false},
+                                  strata_options{.deadline_slack = 0}, strata_options{.deadline_slack = 2}}) {
+    checked_strata const s{strata_scheduler{so}};
+    auto const r = simulate(w, small_engine(), s);
+    INFO("balance " << so.balance << ", deadline slack " << so.deadline_slack);
+    CHECK(*s.rounds_with_started > 30);
+    CHECK(*s.short_changed == 0);
+    for (auto const& x : r.records) {
+      CHECK(x.served());
+    }
+  }
+}
+
 TEST_CASE("simulations conserve tokens and pages and are deterministic", "[cpu][sim]")
 {
   auto const w = long_documents({.requests = 150, .rate = 2, .seed = 8, .documents = 12, .questions_per_visit = 1.5});

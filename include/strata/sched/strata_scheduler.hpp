@@ -30,7 +30,7 @@ struct strata_options {
   /// predicted prefill work of every request then waiting that arrived no later (its own
   /// included) ahead on the strategy's own clock, the predicted work of the plans it made (with 1:
   /// when first-come-first-served would have finished it). A request past its deadline goes first
-  /// (earliest deadline first; with balance, within half the budget), so the remaining-work order
+  /// (earliest deadline first, within half the budget while others wait), so the remaining-work order
   /// never holds a prompt beyond `deadline_slack` times its first-come-first-served wait (0: no
   /// deadlines). A starvation guard, not a tail optimizer: measured in docs/simulation.md, deadlines
   /// that bind (1, 2, 4) turn transient overloads into first-come-first-served (multi-turn at 95%:
@@ -38,9 +38,11 @@ struct strata_options {
   /// 64, binds on none of the measured workloads but bounds any wait.
   double deadline_slack = 64.0;
   bool delay_hits = true;  ///< defer a request whose prefix another is computing; it runs as a hit
-  /// Share the budget so that neither of two classes starves: with `remaining_work`, requests past
-  /// their deadline take at most half the budget while others wait; with `longest_prefix` order,
-  /// short prefills ride beside chunked prefills under way (see `short_percent`)
+  /// Balanced batches: short prefills (hits and short prompts: with `remaining_work`, those that
+  /// complete within half the budget; with `longest_prefix` order, see `short_percent`) ride beside
+  /// chunked prefills under way, within half the budget, instead of waiting for all their chunks
+  /// (a hit's load then hides under the chunk's compute); with `longest_prefix` order also beside
+  /// long prompts not yet started. Off: chunked prefills under way take the budget first.
   bool balance = true;
   bool bubbles = true;  ///< run decode steps while a batch waits for its loads (`cost_model::stall_s`)
   /// With balance on, load trimming: rounds a load-heavy request may be passed over while the batch
@@ -55,7 +57,9 @@ struct strata_options {
   std::size_t max_sorted = 128;
   /// With balance on: prefills of at most this share of the token budget (hits and short prompts)
   /// go before chunked prefills under way, using at most half the budget while long ones wait
-  /// (0: none do; balance is then load trimming alone, if `max_postponements` allows it).
+  /// (0: none do; balance is then load trimming alone, if `max_postponements` allows it). The
+  /// share's size is this with `longest_prefix` order; with `remaining_work`, whatever completes
+  /// within half the budget is short (0 still switches the share off).
   std::int64_t short_percent = 25;
 };
 
@@ -66,8 +70,10 @@ struct strata_options {
  * waiting request is probed and ranked by its predicted load from lower tiers plus the compute of
  * its uncached tokens, divided by the number of requests it serves (itself and the delay hits
  * waiting for its prefix: Smith's rule, so a prompt whose prefix others wait on carries them);
- * requests past their deadline (`deadline_slack`) go first, earliest deadline first, so that none
- * starves. With `balance`, those take at most half the budget while others wait.
+ * requests past their deadline (`deadline_slack`) go first, earliest deadline first, within half
+ * the budget while others wait, so that none starves. Chunked prefills under way go before every
+ * request not yet started (they hold their device pages); with `balance`, short prefills ride
+ * beside them within half the budget.
  *
  * With `strata_order::longest_prefix` (the strategy before issue 11), built on longest_prefix's
  * order (SGLang's default: longest cached prefix first, arrival order beyond `max_sorted`
@@ -77,7 +83,8 @@ struct strata_options {
  * - delay hits: a request whose prefix matches another request's transient prefix of at least the
  *   index's delay-hit threshold is deferred instead of computing the same prefix twice, and goes
  *   first in a later round, when it runs as a hit;
- * - balance (longest_prefix order): short prefills (cache hits, short prompts: up to `short_percent` of the budget) go
+ * - balance: short prefills (cache hits, short prompts: with the remaining-work order, those that
+ *   complete within half the budget; with longest_prefix's, up to `short_percent` of it) go
  *   before chunked prefills under way, taking at most half the budget, so that a hit rides with a
  *   long prompt's compute instead of waiting for all its chunks; optionally (`max_postponements`
  *   > 0), while the batch loads longer than it computes, load-heavy requests beyond the first wait
@@ -152,7 +159,13 @@ class strata_scheduler {
         }
       }
     }
-    std::int64_t const short_tokens = std::max<std::int64_t>(1, v.token_budget * options_.short_percent / 100);
+    // Short: with the remaining-work order, a prefill that completes within balance's share (half
+    // the budget), so that the share starts no second chunked prefill; with longest_prefix's order,
+    // `short_percent` of the budget (as before issue 11).
+    std::int64_t const short_share = std::max<std::int64_t>(1, (v.token_budget + 1) / 2);
+    std::int64_t const short_tokens = options_.order == strata_order::remaining_work
+                                          ? short_share
+                                          : std::max<std::int64_t>(1, v.token_budget * options_.short_percent / 100);
     std::vector<std::size_t> order;
     std::vector<char> overdue(v.waiting.size(), 0);  // remaining_work order: past their deadline
     auto rank = [&](std::size_t i) {
@@ -161,7 +174,19 @@ class strata_scheduler {
       return options_.balance && options_.short_percent > 0 && rest <= short_tokens ? 1 : 3;
     };
     if (options_.order == strata_order::remaining_work) {
-      order = remaining_work_order(v, fresh, started, matches, overdue);
+      // Chunked prefills under way first (they hold their device pages and their first token waits
+      // on them); with balance, short prefills before them within half the budget (below).
+      std::vector<std::size_t> const ranked = remaining_work_order(v, fresh, started, matches, overdue);
+      bool const share = options_.balance && options_.short_percent > 0 && !started.empty();
+      for (std::size_t i : ranked) {
+        if (share && !v.waiting[i].started && rank(i) < 3) { order.push_back(i); }
+      }
+      for (std::size_t i : ranked) {
+        if (v.waiting[i].started) { order.push_back(i); }
+      }
+      for (std::size_t i : ranked) {
+        if (!v.waiting[i].started && !(share && rank(i) < 3)) { order.push_back(i); }
+      }
     } else {
       // Order: delay-hit deferrals (they now run as hits), then short prefills (hits and short
       // prompts), then chunked prefills under way, then long ones; longest cached prefix first within.
@@ -179,20 +204,23 @@ class strata_scheduler {
     }
 
     // One class of requests takes at most half the budget while the others wait, so that neither
-    // starves: with longest_prefix's order (balance), short prefills beside long ones; with the
-    // remaining-work order, requests past their deadline beside the rest (SRPT keeps half).
+    // starves. Balance: short prefills (hits, short prompts) beside the long ones (longest_prefix's
+    // order) or beside the chunked prefills under way (remaining-work order, where short work
+    // otherwise goes first anyway): a hit's load then hides under the chunk's compute, and neither
+    // waits for the other. With the remaining-work order also: requests past their deadline beside
+    // the rest (SRPT keeps half).
     bool const by_work = options_.order == strata_order::remaining_work;
-    std::int64_t const short_share = std::max<std::int64_t>(1, (v.token_budget + 1) / 2);
-    std::int64_t short_used = 0;
+    std::int64_t short_used = 0, overdue_used = 0;
     bool long_waiting = !started.empty();
     std::size_t n_overdue = 0;
     for (std::size_t i : fresh) {
-      long_waiting = long_waiting || rank(i) == 3;
+      long_waiting = long_waiting || (!by_work && rank(i) == 3);
     }
     for (std::size_t i : order) {
       n_overdue += overdue[i] != 0;
     }
-    bool const others_waiting = by_work ? n_overdue < order.size() : long_waiting;
+    bool const others_waiting = long_waiting;                 // for the balance share
+    bool const not_overdue_waiting = n_overdue < order.size();  // for the deadline share
     bool memory_full = false;
     std::vector<std::size_t> capped;
     for (std::size_t i : order) {
@@ -210,10 +238,13 @@ class strata_scheduler {
         }
         continue;
       }
-      // The short share is balance's; a chunked prefill under way is never capped (it holds its
-      // memory: capping could leave it neither planned nor progressing).
-      bool const is_short = !r.started && (by_work ? overdue[i] != 0 : options_.balance && rank(i) < 3);
-      std::int64_t const cap = is_short && others_waiting ? std::min(budget, short_share - short_used) : budget;
+      // A chunked prefill under way is never capped (it holds its memory: capping could leave it
+      // neither planned nor progressing).
+      bool const is_short = !r.started && options_.balance && rank(i) < 3;
+      bool const is_overdue = by_work && !r.started && overdue[i] != 0;
+      std::int64_t cap = budget;
+      if (is_short && others_waiting) { cap = std::min(cap, short_share - short_used); }
+      if (is_overdue && not_overdue_waiting) { cap = std::min(cap, short_share - overdue_used); }
       if (cap <= 0) {
         capped.push_back(i);  // may still get what the long ones leave
         continue;
@@ -225,6 +256,7 @@ class strata_scheduler {
         continue;
       }
       if (is_short) { short_used += it.chunk_tokens; }
+      if (is_overdue) { overdue_used += it.chunk_tokens; }
       add_item(v, plan, it, budget, memory, loads);
     }
     // Budget the long ones left unused goes to the short ones that were capped.
