@@ -460,6 +460,37 @@ TEST_CASE("chunked prefills under way are continued every round, before requests
   }
 }
 
+TEST_CASE("keeping up with a rate is judged over the arrivals' own span, wherever they start", "[cpu][sim]")
+{
+  // A short-chat trace the engine easily keeps up with, and the same trace starting 1,000 s late
+  // (a replayed trace whose first request is not at time 0): the same requests at the same rate,
+  // so the same verdict. Judged from time 0, the late one looked overloaded (the idle first
+  // 1,000 s counted as time it fell behind in) and the saturation search returned a rate far too low.
+  workload w = short_chat({.requests = 600, .rate = 10, .seed = 3});
+  double const rate = arrival_rate(w);
+  workload late = w;
+  for (auto& r : late.requests) {
+    r.arrival_s += 1000;
+  }
+  CHECK(arrival_rate(late) == Approx(rate));
+  auto const c = small_engine();
+  CHECK(keeps_up(w, simulate(w, c, longest_prefix{}), rate));
+  CHECK(keeps_up(late, simulate(late, c, longest_prefix{}), rate));
+  // Far past saturation neither keeps up, early or late.
+  workload fast = w;
+  scale_time(fast, 1e-3);
+  workload fast_late = fast;
+  for (auto& r : fast_late.requests) {
+    r.arrival_s += 1000;
+  }
+  CHECK_FALSE(keeps_up(fast, simulate(fast, c, longest_prefix{}), arrival_rate(fast)));
+  CHECK_FALSE(keeps_up(fast_late, simulate(fast_late, c, longest_prefix{}), arrival_rate(fast)));
+  // Arrivals that span no time offer no rate to keep up with.
+  workload one = w;
+  one.requests.resize(1);
+  CHECK_FALSE(keeps_up(one, simulate(one, c, longest_prefix{}), 1.0));
+}
+
 TEST_CASE("simulations conserve tokens and pages and are deterministic", "[cpu][sim]")
 {
   auto const w = long_documents({.requests = 150, .rate = 2, .seed = 8, .documents = 12, .questions_per_visit = 1.5});

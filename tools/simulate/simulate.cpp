@@ -402,44 +402,35 @@ double mean_of(std::vector<sweep_row> const& rows, std::string const& w, std::st
 }
 
 /**
- * Saturating rate: the highest offered rate that longest_prefix keeps up with in steady state:
- * requests finishing in the second half of the arrival window (up to the last open-loop arrival,
- * i.e. the last session start for multi-turn) at >= 95% of the offered rate, by doubling from
- * `start` and bisection. For open-loop arrivals this is "the backlog does not grow"; for closed-loop
- * sessions, whose later turns slow down with the server, it is the throughput that stops following
- * the offered rate.
+ * Saturating rate: the highest offered rate that longest_prefix keeps up with in steady state
+ * (`sim::keeps_up`): requests finishing in the second half of the arrival window (from the first
+ * open-loop arrival to the last, i.e. the last session start for multi-turn) at >= 95% of the
+ * offered rate, by doubling from `start` and bisection. For open-loop arrivals this is "the backlog
+ * does not grow"; for closed-loop sessions, whose later turns slow down with the server, it is the
+ * throughput that stops following the offered rate.
  */
 double find_saturating_rate(std::function<workload(double)> const& make, engine_config const& fast, double start,
                             std::string const& name)
 {
-  auto keeps_up = [&](double rate) {
+  auto holds = [&](double rate) {
     workload const trial = make(rate);
-    auto const r = run("longest_prefix", trial, fast, {}, 1, false);
-    double last_start = 0;
-    for (auto const& q : trial.requests) {
-      if (q.after == request_id{}) { last_start = std::max(last_start, q.arrival_s); }
-    }
-    std::int64_t finished = 0;  // served requests only: one turned away is not throughput
-    for (auto const& x : r.records) {
-      finished += x.served() && x.finish_s >= last_start / 2 && x.finish_s <= last_start;
-    }
-    return double(finished) >= 0.95 * rate * (last_start / 2);
+    return sim::keeps_up(trial, run("longest_prefix", trial, fast, {}, 1, false), rate);
   };
   double lo = start, hi = start;
-  if (keeps_up(start)) {
+  if (holds(start)) {
     do {
       lo = hi, hi *= 2;
       if (hi > 1e6) { throw std::runtime_error("simulate: " + name + " never saturates"); }
-    } while (keeps_up(hi));
+    } while (holds(hi));
   } else {
     do {
       hi = lo, lo /= 2;
       if (lo < 1e-6) { throw std::runtime_error("simulate: " + name + " saturates at any rate"); }
-    } while (!keeps_up(lo));
+    } while (!holds(lo));
   }
   for (int k = 0; k < 10; ++k) {
     double const mid = std::sqrt(lo * hi);
-    (keeps_up(mid) ? lo : hi) = mid;
+    (holds(mid) ? lo : hi) = mid;
   }
   return lo;
 }

@@ -504,4 +504,35 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
   return result;
 }
 
+/**
+ * @brief Whether a run kept up with the rate offered to it in steady state: the requests served
+ *        that finished in the second half of the open-loop arrival window (from the first to the
+ *        last arrival of a request without a predecessor: for sessions, the last session start)
+ *        number at least `fraction` of what `rate` offers over that half. The window starts at the
+ *        first arrival, not at time 0: a replayed trace whose first request comes late is judged
+ *        on its own span (from 0, its late start would count as time the server fell behind in).
+ * @param w the workload `r` ran
+ * @param r its outcome
+ * @param rate the offered rate, requests per second over the arrival window
+ * @param fraction the share of the offered rate that counts as keeping up
+ * @return false also for a workload whose arrivals span no time
+ */
+inline bool keeps_up(workload const& w, simulation_result const& r, double rate, double fraction = 0.95)
+{
+  double first = std::numeric_limits<double>::infinity(), last = -first;
+  for (auto const& q : w.requests) {
+    if (q.after == request_id{}) {
+      first = std::min(first, q.arrival_s);
+      last = std::max(last, q.arrival_s);
+    }
+  }
+  if (!(last > first)) { return false; }
+  double const from = first + (last - first) / 2;
+  std::int64_t finished = 0;  // served requests only: one turned away is not throughput
+  for (auto const& x : r.records) {
+    finished += x.served() && x.finish_s >= from && x.finish_s <= last;
+  }
+  return double(finished) >= fraction * rate * (last - from);
+}
+
 }  // namespace strata::sim
