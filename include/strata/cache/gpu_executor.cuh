@@ -127,6 +127,12 @@ struct gpu_executor_stats {
  *   one's handle covers all. A submission refused before anything moved (a plan `validate` or a
  *   backend rejects) returns a failed handle; a CUDA error while enqueueing also fails it, after the
  *   stream has drained (nothing of it still writes).
+ * - Record stores (a `file_store` below the host tier): records move through one pinned bounce
+ *   buffer on the calling thread (under the controller's lock). A load reads them there, then a GPU
+ *   copy moves them into the device pool (its handle is the submission's, per layer); a demotion or
+ *   backup into records copies the pages into the buffer (from the device: waited for) and writes
+ *   them. A failed read or write fails the submission (a load becomes a miss). A submission done
+ *   entirely on the calling thread returns an empty handle, which is done.
  * - `dma_batch` goes through the executor's `submit_thread` (when configured, for single-direction
  *   submissions): its CPU cost leaves the engine's thread.
  * - Devices: the executor copies on the device current at its first `submit`; a stream of another
@@ -198,7 +204,8 @@ class gpu_executor {
         directions += b ? 0 : 1;
         b = true;
       }
-      handle_type last;
+      handle_type last;  // the last direction on the GPU: same stream, so it covers the earlier ones
+      bool moved = false;
       try {
         detail::for_each_direction(tiers, orders, [&](auto& src, auto& dst, std::span<page_pair const> pairs) {
           using S = std::remove_cvref_t<decltype(src)>;
@@ -207,13 +214,16 @@ class gpu_executor {
             copy_plan const plan{src.layout(), dst.layout(), pairs, all};
             last = issue(plan, kind, s, directions == 1);
           } else if constexpr (record_store<S> && addressable_store<D>) {
-            last = from_records(src, dst, pairs, kind, s);
+            // Records are read on this thread; into the device, a GPU copy follows (into host
+            // memory the CPU copies: nothing left in flight, no handle).
+            if (handle_type h = from_records(src, dst, pairs, kind, s); h.valid()) { last = std::move(h); }
           } else if constexpr (addressable_store<S> && record_store<D>) {
-            last = to_records(src, dst, pairs, s);
+            to_records(src, dst, pairs, s);  // done when it returns
           } else {
             STRATA_EXPECTS(false, "gpu_executor: no copy between the ", to_string(S::kind), " and ",
                            to_string(D::kind), " tiers (each needs a layout or records)");
           }
+          moved = true;
         });
       } catch (invalid_argument const&) {
         if (directions > 1) { (void)cudaStreamSynchronize(s); }  // an earlier direction may be in flight
@@ -223,6 +233,7 @@ class gpu_executor {
         (void)cudaGetLastError();
         throw;
       }
+      if (!last.valid() && moved) { return {}; }  // every direction done on this thread: an empty handle is done
       return last.valid() ? last : failed_handle(all, nullptr);
     } catch (...) {
       ++st.failed;
@@ -514,7 +525,7 @@ class gpu_executor {
   /// An addressable store into a record store: pages into the bounce buffer (from the device: a
   /// copy waited for here), then written as records on this thread (a failed write throws).
   template <class S, class D>
-  transfer_handle to_records(S& src, D& dst, std::span<page_pair const> pairs, cudaStream_t s)
+  void to_records(S& src, D& dst, std::span<page_pair const> pairs, cudaStream_t s)
   {
     kv_geometry const g = src.geometry();
     std::int64_t const n = std::int64_t(pairs.size());
@@ -536,7 +547,6 @@ class gpu_executor {
     if (!dst.write(slots, from)) {
       throw error(detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind), " tier failed"));
     }
-    return {};
   }
 
   static transfer_handle failed_handle(layer_range layers, std::exception_ptr e)
@@ -577,6 +587,7 @@ struct gpu_policies {
 inline bool wait_layer(load_handle<transfer_handle> const& loads, std::int64_t layer, cuda::stream_ref stream)
 {
   auto wait_one = [&](transfer_handle const& h) {
+    if (!h.valid()) { return true; }  // nothing in flight (copies the executor finished on its thread)
     if (h.failed()) { return false; }
     try {
       h.wait_layer(layer, stream);
