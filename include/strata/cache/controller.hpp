@@ -760,7 +760,6 @@ class cache_controller {
     return out;
   }
 
-  /// Hands queued backups and demotions to the executor.
   /// A stream the executor cannot order its copies with is refused before anything changes
   /// (executors that can tell, e.g. `gpu_executor::check_stream` for a stream of another device).
   void check_stream(stream_type const& stream) const
@@ -768,6 +767,7 @@ class cache_controller {
     if constexpr (requires { executor_.check_stream(stream); }) { executor_.check_stream(stream); }
   }
 
+  /// Hands queued backups and demotions to the executor.
   void submit_queued(stream_type stream)
   {
     for (auto& o : tree_.take_copies()) {

@@ -97,6 +97,29 @@ void for_each_direction(Tiers& tiers, std::span<copy_order const> orders, F&& f)
   }
 }
 
+/// @brief A copy through page-first host records, record `i` holding pair `i`: the slots, the
+///        records' addresses, and the pairs of both legs (source -> record, record -> destination).
+struct record_legs {
+  std::vector<std::int64_t> from, to;  ///< source and destination slot of each pair
+  std::vector<std::byte*> at;          ///< record i
+  std::vector<page_pair> in, out;      ///< {source, i} and {i, destination}
+
+  record_legs(std::span<page_pair const> pairs, page_first const& records)
+      : from(pairs.size()), to(pairs.size()), at(pairs.size()), in(pairs.size()), out(pairs.size())
+  {
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      auto const r = std::int64_t(i);
+      from[i] = pairs[i].src;
+      to[i] = pairs[i].dst;
+      at[i] = records.page_data(r);
+      in[i] = {pairs[i].src, r};
+      out[i] = {r, pairs[i].dst};
+    }
+  }
+  /// The records as sources of a write.
+  [[nodiscard]] std::vector<std::byte const*> sources() const { return {at.begin(), at.end()}; }
+};
+
 }  // namespace detail
 
 /**
@@ -135,29 +158,18 @@ class host_executor {
           std::int64_t const n = std::int64_t(pairs.size());
           bounce_.resize(std::size_t(n * g.page_bytes()));
           page_first const records{bounce_.data(), g, n};
-          auto const count = static_cast<std::size_t>(n);
-          std::vector<std::byte*> at(count);
-          std::vector<std::int64_t> from(count), to(count);
-          std::vector<page_pair> in(count), out(count);
-          for (std::int64_t i = 0; i < n; ++i) {
-            at[std::size_t(i)] = records.page_data(i);
-            from[std::size_t(i)] = pairs[std::size_t(i)].src;
-            to[std::size_t(i)] = pairs[std::size_t(i)].dst;
-            in[std::size_t(i)] = {pairs[std::size_t(i)].src, i};
-            out[std::size_t(i)] = {i, pairs[std::size_t(i)].dst};
-          }
+          detail::record_legs const legs{pairs, records};
           if constexpr (record_store<S>) {
-            STRATA_EXPECTS(src.read(from, at), "host_executor: reading ", n, " records from the ", to_string(S::kind),
-                           " tier failed");
+            STRATA_EXPECTS(src.read(legs.from, legs.at), "host_executor: reading ", n, " records from the ",
+                           to_string(S::kind), " tier failed");
           } else {
-            host_copy{}.copy(copy_plan{src.layout(), records, std::span<page_pair const>{in}, layer_range::all(g)});
+            host_copy{}.copy(copy_plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)});
           }
           if constexpr (record_store<D>) {
-            std::vector<std::byte const*> const sources(at.begin(), at.end());
-            STRATA_EXPECTS(dst.write(to, sources), "host_executor: writing ", n, " records to the ", to_string(D::kind),
-                           " tier failed");
+            STRATA_EXPECTS(dst.write(legs.to, legs.sources()), "host_executor: writing ", n, " records to the ",
+                           to_string(D::kind), " tier failed");
           } else {
-            host_copy{}.copy(copy_plan{records, dst.layout(), std::span<page_pair const>{out}, layer_range::all(g)});
+            host_copy{}.copy(copy_plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)});
           }
         } else {
           STRATA_EXPECTS(false, "host_executor: no copy between the ", to_string(S::kind), " and ", to_string(D::kind),

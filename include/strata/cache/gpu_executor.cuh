@@ -482,16 +482,6 @@ class gpu_executor {
     return page_first{cp.bounce.data(), g, n};
   }
 
-  /// Record `i` of the bounce buffer holds pair `i`: the pairs seen from the records' side.
-  static std::vector<page_pair> through_records(std::span<page_pair const> pairs, bool records_are_source)
-  {
-    std::vector<page_pair> out(pairs.size());
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-      out[i] = records_are_source ? page_pair{std::int64_t(i), pairs[i].dst} : page_pair{pairs[i].src, std::int64_t(i)};
-    }
-    return out;
-  }
-
   /// A record store (a file tier) into an addressable one: the records are read into the pinned
   /// bounce buffer on this thread (a failed read throws: the submission fails, the load is a miss),
   /// then copied into the device pool like any host load (per layer) or into host memory by the CPU.
@@ -501,18 +491,12 @@ class gpu_executor {
     kv_geometry const g = src.geometry();
     std::int64_t const n = std::int64_t(pairs.size());
     page_first const records = bounce_records(g, n);
-    std::vector<std::int64_t> slots(pairs.size());
-    std::vector<std::byte*> at(pairs.size());
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-      slots[i] = pairs[i].src;
-      at[i] = records.page_data(std::int64_t(i));
-    }
-    if (!src.read(slots, at)) {
+    detail::record_legs const legs{pairs, records};
+    if (!src.read(legs.from, legs.at)) {
       throw error(detail::concat("strata: gpu_executor: reading ", n, " records from the ", to_string(S::kind),
                          " tier failed (the load is a miss)"));
     }
-    auto const moves = through_records(pairs, true);
-    copy_plan const plan{records, dst.layout(), std::span<page_pair const>{moves}, layer_range::all(g)};
+    copy_plan const plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)};
     if constexpr (D::kind == tier::device) {
       state_->cuda->bounce_use = issue(plan, kind, s, false);
       return state_->cuda->bounce_use;
@@ -530,21 +514,15 @@ class gpu_executor {
     kv_geometry const g = src.geometry();
     std::int64_t const n = std::int64_t(pairs.size());
     page_first const records = bounce_records(g, n);
-    auto const moves = through_records(pairs, false);
-    copy_plan const plan{src.layout(), records, std::span<page_pair const>{moves}, layer_range::all(g)};
+    detail::record_legs const legs{pairs, records};
+    copy_plan const plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)};
     if constexpr (S::kind == tier::device) {
       transfer_handle const h = issue(plan, copy_kind::copy, s, false);
       h.synchronize();  // rethrows what failed
     } else {
       host_copy{}.copy(plan);
     }
-    std::vector<std::int64_t> slots(pairs.size());
-    std::vector<std::byte const*> from(pairs.size());
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-      slots[i] = pairs[i].dst;
-      from[i] = records.page_data(std::int64_t(i));
-    }
-    if (!dst.write(slots, from)) {
+    if (!dst.write(legs.to, legs.sources())) {
       throw error(detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind), " tier failed"));
     }
   }
