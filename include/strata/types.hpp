@@ -71,6 +71,16 @@ struct copy_order {
   std::vector<std::int64_t> from_pages;
   std::vector<std::int64_t> to_pages;
   bool demotion{};  ///< source pages are freed when it completes (an eviction)
+  /// Content key of each page: the index's hash chained over the prefix (`hiradix_tree::page_key`).
+  /// A record store writes it into each record and refuses to read a record holding another key,
+  /// so a slot reused meanwhile is never served as this page.
+  std::vector<std::uint64_t> keys;
+  std::uint64_t parent_key{};  ///< key of the page before the first (0: the prompt's first page)
+  /// Orders from or to a record store (file, remote): the pages' ids, `ids_per_page` each, as the
+  /// index holds them (token ids; one id per page in page-id mode). Records keep them, so that a
+  /// restart can rebuild the index from the records alone.
+  std::vector<std::int32_t> ids;
+  std::int64_t ids_per_page{};  ///< ids per page in `ids` (0: none)
 };
 
 }  // namespace strata

@@ -4,6 +4,7 @@
 // prefix), random operation sequences with invariants after every step, bad input at every call,
 // and concurrent polling.
 #include "../support/catch.hpp"
+#include "../support/files.hpp"
 #include "../support/kv_content.hpp"
 
 #include <strata/cache/controller.hpp>
@@ -251,7 +252,7 @@ struct engine_run {
         host_pages{host},
         memory{dev},
         layout{memory.layout(dev)},
-        cache{make_tiers(layout, host), options(policy),
+        cache{make_tiers(layout, host), options(policy, seed),
               strata_scheduler{strata_options{.delay_hits = with_delay_hits}}}
   {
     for (int d = 0; d < 4; ++d) {
@@ -278,10 +279,14 @@ struct engine_run {
       return typename controller::tiers_type{device_pool<layer_first>{layout}, host_pool{geo, host}};
     }
   }
-  static controller_options options(write_policy p)
+  static controller_options options(write_policy p, std::uint64_t seed)
   {
     controller_options o;
     o.policy = p;
+    o.file_policy = p;  // host -> file copies under each policy too
+    // Every prefetch policy (the timeout one on the real clock: 0 or 1 ms).
+    o.prefetch = prefetch_policy(seed / 3 % 4);
+    o.prefetch_timeout_s = double(seed % 2) * 1e-3;
     o.delay_hit_tokens = 8;
     return o;
   }
@@ -696,6 +701,7 @@ TEST_CASE("controller: a prefix demoted to the NVMe file store comes back bit-ex
     layer_first const pool = mem.layout(32);
     controller_options opts;
     opts.policy = write_policy::write_through;
+    opts.prefetch = prefetch_policy::off;  // the load itself reads the files (prefetch: its own test)
     disk_controller cache{disk_controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, disk}, opts};
     tokens_t doc(std::size_t(geo.page_tokens * 6));
     for (std::size_t i = 0; i < doc.size(); ++i) {
@@ -737,4 +743,251 @@ TEST_CASE("controller: a prefix demoted to the NVMe file store comes back bit-ex
     cache.check_invariants();
   }
   fs::remove_all(dir);
+}
+
+namespace {
+
+/// Device, host and the real file tier, copies at once on the calling thread.
+struct disk_policies {
+  using tiers = tier_stack<device_pool<layer_first>, host_pool, file_store&>;
+  using scheduler = strata_scheduler;
+  using executor = host_executor;
+};
+
+/// Tokens of `pages` whole pages from `first` on, then `tail` extra tokens.
+tokens_t doc_tokens(std::int32_t first, std::int64_t pages, std::int64_t tail = 0)
+{
+  tokens_t t(std::size_t(pages * geo.page_tokens + tail));
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    t[i] = first + std::int32_t(i * 7 % 1000);
+  }
+  return t;
+}
+tokens_t join(tokens_t a, tokens_t const& b)
+{
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+/// One request through the loop on a controller whose executor copies at once: loads checked
+/// against the content function, the rest computed; a failed load is retried as the controller
+/// requeues it. Returns the cached pages by tier of the start that ran, and the starts it took.
+template <class Cache>
+std::pair<std::array<std::int64_t, tier_count>, int> serve(Cache& cache, layer_first const& pool, std::uint64_t id,
+                                                           tokens_t const& t)
+{
+  cache.submit({request_id{id}, t, 0, 2, 0.0});
+  for (int start = 1; start <= 4; ++start) {
+    auto h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
+    if (h.started.empty()) { continue; }
+    if (h.transfer && cache.executor().status(*h.transfer) == copy_status::failed) {
+      CHECK(cache.complete(h));  // a clean miss: it waits again
+      continue;
+    }
+    auto const table = cache.page_table(request_id{id});
+    std::int64_t cached = 0;
+    for (auto c : h.started[0].cached_pages) {
+      cached += c;
+    }
+    for (std::int64_t p = 0; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
+      INFO("request " << id << " page " << p);
+      if (p < cached) {
+        REQUIRE(page_ok(pool, t, p, table[std::size_t(p)]));
+      } else {
+        write_page(pool, t, p, table[std::size_t(p)]);
+      }
+    }
+    (void)cache.finish_prefill(request_id{id});
+    cache.release(request_id{id});
+    for (int i = 0; i < 8 && cache.poll() > 0; ++i) {
+    }
+    cache.check_invariants();
+    return {h.started[0].cached_pages, start};
+  }
+  FAIL("request " << id << " never started");
+  return {};
+}
+
+/// The slot of the record holding the page whose ids are `page` (reopening the store to read them).
+std::int64_t slot_of(file_store_options o, tokens_t const& page)
+{
+  auto s = file_store::open(geo, 64, std::move(o));
+  for (auto const& r : s.recovered()) {
+    if (r.ids == page) { return r.slot; }
+  }
+  return -1;
+}
+/// Flips a payload bit of record `slot` on disk (records of 4 KiB of header and the page, padded).
+void corrupt(std::string const& path, std::int64_t slot)
+{
+  std::int64_t const record = 4096 + ((geo.page_bytes() + 4095) / 4096) * 4096;
+  test::flip_bit(path, off_t(slot * record + 4096 + 17), 2);
+}
+
+}  // namespace
+
+TEST_CASE("controller: a restart rebuilds the index from the file tier's records, bit-exact, and loses only what "
+          "a corrupt record holds up",
+          "[cpu][controller][file]")
+{
+  namespace fs = std::filesystem;
+  fs::path const dir = fs::temp_directory_path() / ("strata_controller_restart_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  file_store_options o;
+  o.directory = dir.string();
+  using disk_controller = cache_controller<disk_policies>;
+  engine_memory mem{32};
+  layer_first const pool = mem.layout(32);
+  controller_options opts;
+  opts.policy = write_policy::write_through;
+  opts.file_policy = write_policy::write_through;  // what the host holds is on disk too
+  opts.prefetch = prefetch_policy::off;            // loads come straight from the file tier
+  auto make = [&](file_store& disk) {
+    return std::make_unique<disk_controller>(
+        disk_controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 16}, disk}, opts);
+  };
+  tokens_t const base = doc_tokens(1, 3);
+  tokens_t const a = join(base, doc_tokens(2000, 3)), b = join(base, doc_tokens(3000, 3));
+  auto const question = [](tokens_t t, std::int32_t q) { return join(std::move(t), tokens_t{q}); };
+  {  // a first life: two documents sharing three pages, written through to the files
+    file_store disk{geo, 64, o};
+    auto cache = make(disk);
+    (void)serve(*cache, pool, 1, question(a, 1));
+    (void)serve(*cache, pool, 2, question(b, 2));
+    CHECK(cache->index_stats().resident_pages[2] == 9);
+    CHECK(cache->pending_submissions() == 0);
+  }
+  {  // restart: the index learns both documents from the records alone
+    auto disk = file_store::open(geo, 64, o);
+    REQUIRE(disk.recovered().size() == 9);
+    auto cache = make(disk);
+    CHECK(cache->stats().restored_pages == 9);
+    CHECK(cache->stats().restore_dropped == 0);
+    CHECK(cache->probe(question(a, 3)).fastest_tokens[2] == 6 * geo.page_tokens);
+    CHECK(cache->probe(question(b, 3)).fastest_tokens[2] == 6 * geo.page_tokens);
+    auto const [hit, starts] = serve(*cache, pool, 3, question(a, 3));
+    CHECK(hit[2] == 6);  // every page from disk, bit-exact (checked in `serve`)
+    CHECK(starts == 1);
+    cache->check_invariants();
+  }
+  // A flipped bit in b's first own page: that record is dropped on reopen, and the two pages that
+  // chain through it cannot be placed; a and the shared pages are restored.
+  std::int64_t const bad = slot_of(o, tokens_t(b.begin() + 3 * geo.page_tokens, b.begin() + 4 * geo.page_tokens));
+  REQUIRE(bad >= 0);
+  corrupt((dir / "strata-kv.rank0.0.dat").string(), bad);
+  {
+    auto disk = file_store::open(geo, 64, o);
+    CHECK(disk.dropped() == 1);
+    auto cache = make(disk);
+    CHECK(cache->stats().restored_pages == 6);
+    CHECK(cache->stats().restore_dropped == 2);
+    CHECK(cache->probe(question(b, 4)).fastest_tokens[2] == 3 * geo.page_tokens);
+    auto const [hit, starts] = serve(*cache, pool, 4, question(b, 4));
+    CHECK(hit[2] == 3);
+    (void)starts;
+    // A record that goes bad while the store runs (its index still names it): the load fails, the
+    // copy leaves the index, and the request computes it instead — once, not in a loop.
+    (void)cache->evict(tier::device, 32);
+    (void)cache->evict(tier::host, 16);
+    for (int i = 0; i < 8 && cache->poll() > 0; ++i) {
+    }
+    REQUIRE(cache->probe(question(a, 5)).fastest_tokens[2] == 6 * geo.page_tokens);
+    auto const before = cache->stats();
+    auto s = [&] {  // a's last page's record
+      for (auto const& r : disk.recovered()) {
+        if (r.ids == tokens_t(a.begin() + 5 * geo.page_tokens, a.begin() + 6 * geo.page_tokens)) { return r.slot; }
+      }
+      return std::int64_t{-1};
+    }();
+    REQUIRE(s >= 0);
+    corrupt(disk.paths()[0], s);
+    auto const [hit2, starts2] = serve(*cache, pool, 5, question(a, 5));
+    CHECK(starts2 == 2);  // one failed load, then computed
+    CHECK(hit2[2] < 6);
+    auto const after = cache->stats();
+    CHECK(after.failed_transfers == before.failed_transfers + 1);
+    CHECK(after.discarded_pages > before.discarded_pages);
+    CHECK(after.requeued == before.requeued + 1);
+    cache->check_invariants();
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("controller: prefetch moves a waiting request's prefix from the file tier to the host, per policy",
+          "[cpu][controller][file]")
+{
+  for (prefetch_policy policy : {prefetch_policy::off, prefetch_policy::best_effort, prefetch_policy::wait_complete,
+                                 prefetch_policy::timeout}) {
+    INFO("policy " << int(policy));
+    using cache_t = cache_controller<deferred_file_policies>;
+    engine_memory mem{32};
+    layer_first const pool = mem.layout(32);
+    double clock = 0;
+    controller_options opts;
+    opts.policy = write_policy::write_through;
+    opts.prefetch = policy;
+    opts.prefetch_timeout_s = 0.5;
+    opts.clock = [&] { return clock; };
+    cache_t cache{cache_t::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, memory_file_store{geo, 16}},
+                  opts};
+    std::mt19937_64 rng{3};
+    auto land_all = [&] {
+      for (int i = 0; i < 64 && cache.poll() > 0; ++i) {
+        cache.executor().land_some(rng, 0);
+      }
+    };
+    tokens_t const doc = doc_tokens(9, 6);
+    auto const q = [&](std::int32_t x) { return join(doc, tokens_t{x}); };
+    // The document is computed, backed up, then pushed down to the file tier.
+    cache.submit({request_id{1}, q(1), 0, 2, 0.0});
+    auto h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
+    REQUIRE(h.started.size() == 1);
+    auto table = cache.page_table(request_id{1});
+    for (std::int64_t p = 0; p < 6; ++p) {
+      write_page(pool, q(1), p, table[std::size_t(p)]);
+    }
+    (void)cache.finish_prefill(request_id{1});
+    cache.release(request_id{1});
+    land_all();
+    (void)cache.evict(tier::device, 32);
+    (void)cache.evict(tier::host, 8);
+    land_all();
+    REQUIRE(cache.probe(q(2)).fastest_tokens[2] == 6 * geo.page_tokens);
+    // A question arrives: its prefix starts up to the host (unless off); the copy has not landed.
+    cache.submit({request_id{2}, q(2), 0, 2, 0.0});
+    auto const s = cache.stats();
+    CHECK(s.prefetched_pages == (policy == prefetch_policy::off ? 0 : 6));
+    auto plan = cache.schedule({4096, 0, 0, 0});
+    bool const held = policy == prefetch_policy::wait_complete || policy == prefetch_policy::timeout;
+    CHECK(plan.prefills.empty() == held);
+    if (held) {
+      CHECK(cache.stats().prefetch_waits >= 1);
+      if (policy == prefetch_policy::timeout) {
+        clock = 0.6;  // past the timeout: it runs, reading what has not landed from the file tier
+      } else {
+        land_all();  // the prefetch lands: it runs from the host
+      }
+      plan = cache.schedule({4096, 0, 0, 0});
+      REQUIRE(plan.prefills.size() == 1);
+    }
+    h = cache.begin_loads(plan);
+    REQUIRE(h.started.size() == 1);
+    std::int64_t const from_host = policy == prefetch_policy::wait_complete ? 6 : 0;
+    CHECK(h.started[0].cached_pages[1] == from_host);
+    CHECK(h.started[0].cached_pages[2] == 6 - from_host);
+    if (h.transfer) { cache.executor().land(*h.transfer, rng, 0); }
+    CHECK(cache.complete(h));
+    table = cache.page_table(request_id{2});
+    for (std::int64_t p = 0; p < 6; ++p) {
+      INFO("page " << p);
+      CHECK(page_ok(pool, q(2), p, table[std::size_t(p)]));
+    }
+    (void)cache.finish_prefill(request_id{2});
+    cache.release(request_id{2});
+    land_all();
+    cache.check_invariants();
+    if (policy != prefetch_policy::off) {  // the prefix is on the host now too
+      CHECK(cache.probe(q(3)).tier_tokens[1] == 6 * geo.page_tokens);
+    }
+  }
 }

@@ -5,6 +5,7 @@
 //
 // STRATA_TEST_QUICK=1 runs fewer fault operations and crashes.
 #include "../support/catch.hpp"
+#include "../support/files.hpp"
 
 #include <strata/tier/file_store.hpp>
 
@@ -235,17 +236,7 @@ struct fault_injector {
   }
 };
 
-void flip_bit(fs::path const& file, off_t offset, int bit)
-{
-  int const fd = ::open(file.c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  unsigned char b{};
-  REQUIRE(::pread(fd, &b, 1, offset) == 1);
-  b = static_cast<unsigned char>(b ^ (1U << bit));
-  REQUIRE(::pwrite(fd, &b, 1, offset) == 1);
-  ::fsync(fd);
-  ::close(fd);
-}
+using strata::test::flip_bit;
 
 void overwrite(fs::path const& file, off_t offset, std::vector<std::byte> const& bytes)
 {
@@ -870,4 +861,61 @@ TEST_CASE("file_store on a full disk: clear errors, consistent state", "[cpu][fi
   // Space again: everything works.
   REQUIRE(s.write(slots, sources, keys));
   REQUIRE(s.read(slots, dst.ptr, keys));
+}
+
+TEST_CASE("file_store: records keep their page's identity for the index to rebuild from", "[cpu][file]")
+{
+  temp_dir d;
+  std::int64_t const n = 12;
+  std::vector<std::uint64_t> keys, parents;
+  std::vector<std::int32_t> ids;
+  for (std::int64_t i = 0; i < n; ++i) {
+    keys.push_back(mix(std::uint64_t(i) + 1));
+    parents.push_back(i % 3 == 0 ? 0 : keys.back() - 1);
+    for (std::int32_t t = 0; t < 16; ++t) {
+      ids.push_back(std::int32_t(i * 100 + t));
+    }
+  }
+  records src{n, small.page_bytes(), false};
+  for (std::int64_t i = 0; i < n; ++i) {
+    fill(src.ptr[std::size_t(i)], small.page_bytes(), keys[std::size_t(i)]);
+  }
+  {
+    file_store s{small, n, options_for(d, true)};
+    auto const slots = all_slots(s);
+    std::vector<std::size_t> order(static_cast<std::size_t>(n));
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    // Bad identities are refused before any I/O: a parent per slot, the same ids per slot, at most
+    // what a header holds.
+    CHECK_THROWS_AS(s.write(slots, src.sources(order), keys, std::span{parents}.first(3), ids),
+                    strata::invalid_argument);
+    CHECK_THROWS_AS(s.write(slots, src.sources(order), keys, parents, std::span{ids}.first(ids.size() - 1)),
+                    strata::invalid_argument);
+    std::vector<std::int32_t> huge(std::size_t(n * (file_store::max_record_ids + 1)), 1);
+    CHECK_THROWS_AS(s.write(slots, src.sources(order), keys, parents, huge), strata::invalid_argument);
+    REQUIRE(s.write(slots, src.sources(order), keys, parents, ids));
+  }
+  std::string path;
+  std::int64_t record = 0;
+  {
+    auto s = file_store::open(small, n, options_for(d, true));
+    REQUIRE(s.recovered().size() == std::size_t(n));
+    for (auto const& r : s.recovered()) {
+      auto const i = std::size_t(r.slot);
+      CHECK(r.key == keys[i]);
+      CHECK(r.parent_key == parents[i]);
+      CHECK(r.ids ==
+            std::vector<std::int32_t>(ids.begin() + std::ptrdiff_t(i * 16), ids.begin() + std::ptrdiff_t((i + 1) * 16)));
+    }
+    path = s.paths()[0];
+    record = s.record_bytes();
+  }
+  // The identity is covered by the header checksum: one flipped bit of an id drops the record.
+  flip_bit(path, off_t(5 * record + 80 + 4 * 7), 4);  // slot 5, id 7
+  auto s = file_store::open(small, n, options_for(d, true));
+  CHECK(s.recovered().size() == std::size_t(n - 1));
+  CHECK(s.dropped() == 1);
+  for (auto const& r : s.recovered()) {
+    CHECK(r.slot != 5);
+  }
 }

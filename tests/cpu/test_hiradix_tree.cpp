@@ -438,3 +438,260 @@ TEST_CASE("hiradix_tree: a demotion that completes while its source is locked ke
   t.unlock(m.node, tier::device);
   t.check_invariants();
 }
+
+namespace {
+/// A tree with host and file tiers, and `t` cached on the file tier only (inserted, backed up,
+/// evicted from the device, demoted from the host).
+hiradix_tree file_only(tokens_t const& t, write_policy file_policy = write_policy::write_back)
+{
+  hiradix_config c = small_config(write_policy::write_through);
+  c.file_policy = file_policy;
+  hiradix_tree tree{c};
+  std::int64_t const pages = std::int64_t(t.size()) / c.page_tokens;
+  auto r = tree.insert(t, ids(0, pages));
+  REQUIRE(r.unused_device_pages.empty());
+  for (auto& o : tree.take_copies()) {
+    (void)tree.complete(o.id);
+  }
+  (void)tree.evict(tier::device, pages);
+  for (auto& d : tree.evict(tier::host, 32).demotions) {
+    (void)tree.complete(d.id);
+  }
+  for (auto& o : tree.take_copies()) {
+    (void)tree.complete(o.id);
+  }
+  REQUIRE(tree.probe(t).fastest_tokens[2] == pages * c.page_tokens);
+  return tree;
+}
+}  // namespace
+
+TEST_CASE("hiradix_tree: orders to a record store carry each page's key, its parent's, and its ids", "[cpu][hiradix]")
+{
+  tokens_t const t = seq(100, 12);  // 3 pages
+  hiradix_tree tree{small_config(write_policy::write_through)};
+  (void)tree.insert(seq(100, 4), ids(0, 1));  // a node of one page, then a child of two
+  auto r = tree.insert(t, ids(0, 3));
+  for (auto& o : tree.take_copies()) {  // device -> host: keys, no ids
+    REQUIRE(o.keys.size() == o.from_pages.size());
+    CHECK(o.ids.empty());
+    (void)tree.complete(o.id);
+  }
+  (void)tree.evict(tier::device, 3);
+  std::vector<copy_order> d;
+  for (int round = 0; round < 4; ++round) {  // a parent leaves the host once its child has
+    for (auto& o : tree.evict(tier::host, 32).demotions) {
+      (void)tree.complete(o.id);
+      d.push_back(std::move(o));
+    }
+  }
+  REQUIRE(d.size() == 2);
+  std::uint64_t parent = 0;
+  std::vector<std::int32_t> all;
+  std::sort(d.begin(), d.end(), [](auto const& a, auto const& b) { return a.keys.size() < b.keys.size(); });
+  for (auto const& o : d) {  // root page first, then its child's two
+    CHECK(o.to == tier::file);
+    CHECK(o.ids_per_page == 4);
+    REQUIRE(o.ids.size() == o.keys.size() * 4);
+    CHECK(o.parent_key == parent);
+    for (std::size_t k = 0; k < o.keys.size(); ++k) {
+      std::span<std::int32_t const> const page{o.ids.data() + k * 4, 4};
+      CHECK(tree.page_key(page, parent) == o.keys[k]);  // the chain the records keep
+      parent = o.keys[k];
+    }
+    all.insert(all.end(), o.ids.begin(), o.ids.end());
+  }
+  CHECK(all == t);
+  CHECK_THROWS_AS(tree.page_key(std::span<std::int32_t const>{t.data(), 3}, 0), invalid_argument);
+  (void)r;
+}
+
+TEST_CASE("hiradix_tree: adopt learns file-tier pages kept across a restart", "[cpu][hiradix]")
+{
+  hiradix_config c = small_config(write_policy::write_through);
+  hiradix_tree tree{c};
+  tokens_t const a = seq(0, 16), b = [] {
+    tokens_t x = seq(0, 8);
+    tokens_t y = seq(900, 8);
+    x.insert(x.end(), y.begin(), y.end());
+    return x;
+  }();
+  auto r = tree.adopt(tier::file, a, std::vector<std::int64_t>{3, 4, 5, 6});
+  CHECK(r.pages == 4);
+  // A second prefix sharing two pages: the shared ones keep their slots (the given 9, 10 stay free).
+  r = tree.adopt(tier::file, b, std::vector<std::int64_t>{9, 10, 11, 12});
+  CHECK(r.pages == 2);
+  tree.check_invariants();
+  CHECK(tree.probe(a).fastest_tokens[2] == 16);
+  CHECK(tree.probe(b).fastest_tokens[2] == 16);
+  CHECK(tree.path_pages(tree.probe(b).node, tier::file) == std::vector<std::int64_t>{3, 4, 11, 12});
+  CHECK(tree.free_slots(tier::file) == 16 - 6);
+  // The shared pages may name the slots the tree holds for them (as records kept across a
+  // restart do); a page it takes may not name a slot in use.
+  tokens_t third = seq(0, 8);
+  for (std::int32_t i = 0; i < 8; ++i) {
+    third.push_back(800 + i);
+  }
+  CHECK_THROWS_AS(tree.adopt(tier::file, third, std::vector<std::int64_t>{3, 4, 13, 5}), invalid_argument);
+  CHECK(tree.free_slots(tier::file) == 16 - 6);
+  CHECK(tree.adopt(tier::file, third, std::vector<std::int64_t>{3, 4, 13, 14}).pages == 2);
+  CHECK(tree.free_slots(tier::file) == 16 - 8);
+  // Bad input changes nothing: a slot in use, repeated, out of range, the wrong count, the device tier.
+  CHECK_THROWS_AS(tree.adopt(tier::file, seq(500, 8), std::vector<std::int64_t>{3, 7}), invalid_argument);
+  CHECK_THROWS_AS(tree.adopt(tier::file, seq(500, 8), std::vector<std::int64_t>{7, 7}), invalid_argument);
+  CHECK_THROWS_AS(tree.adopt(tier::file, seq(500, 8), std::vector<std::int64_t>{7, 16}), invalid_argument);
+  CHECK_THROWS_AS(tree.adopt(tier::file, seq(500, 8), std::vector<std::int64_t>{7}), invalid_argument);
+  CHECK_THROWS_AS(tree.adopt(tier::device, seq(500, 8), std::vector<std::int64_t>{7, 8}), invalid_argument);
+  CHECK(tree.free_slots(tier::file) == 16 - 8);
+  CHECK(tree.peek(seq(500, 8)) == 0);
+  // The adopted pages load like any other: file -> device, and may be evicted to make room.
+  auto loads = tree.load(tree.match(a).node, ids(0, 4));
+  REQUIRE(loads.size() == 2);  // a's node was split where b leaves it
+  for (auto const& o : loads) {
+    CHECK(o.from == tier::file);
+    CHECK(o.keys.size() == 2);
+    (void)tree.complete(o.id);
+  }
+  tree.check_invariants();
+}
+
+TEST_CASE("hiradix_tree: prefetch copies a file-only prefix up to the host; loads read the host once it lands",
+          "[cpu][hiradix]")
+{
+  tokens_t const t = seq(40, 12);
+  hiradix_tree tree = file_only(t);
+  auto pf = tree.prefetch(tree.probe(t).node);
+  REQUIRE(pf.size() == 1);
+  CHECK(pf[0].from == tier::file);
+  CHECK(pf[0].to == tier::host);
+  CHECK(pf[0].ids == t);
+  CHECK(tree.prefetch(tree.probe(t).node).empty());  // on its way already
+  // Before it lands a load still reads the file tier (best effort); after, the host.
+  auto early = tree.load(tree.match(t).node, ids(0, 3));
+  REQUIRE(early.size() == 1);
+  CHECK(early[0].from == tier::file);
+  (void)tree.cancel(early[0].id);
+  (void)tree.complete(pf[0].id);
+  CHECK(tree.probe(t).fastest_tokens[1] == 12);
+  auto late = tree.load(tree.match(t).node, ids(0, 3));
+  REQUIRE(late.size() == 1);
+  CHECK(late[0].from == tier::host);
+  (void)tree.complete(late[0].id);
+  tree.check_invariants();
+  // Nothing to do once the prefix is on the device, or without a host tier.
+  CHECK(tree.prefetch(tree.probe(t).node).empty());
+}
+
+TEST_CASE("hiradix_tree: prefetch makes room from older host pages only, never from the path itself", "[cpu][hiradix]")
+{
+  hiradix_config c = small_config(write_policy::write_through);
+  c.capacity = {64, 4, 16, 0};  // a host tier of 4 pages
+  hiradix_tree tree{c};
+  tokens_t const doc = seq(0, 16);  // 4 pages: 2 on the host, 2 below
+  (void)tree.insert(doc, ids(0, 4));
+  for (auto& o : tree.take_copies()) {
+    (void)tree.complete(o.id);
+  }
+  (void)tree.evict(tier::device, 4);
+  (void)tree.match(seq(0, 8));  // split: [0, 2) and [2, 4)
+  for (auto& d : tree.evict(tier::host, 2).demotions) {  // the leaf half goes to the file tier
+    (void)tree.complete(d.id);
+  }
+  tokens_t const other = seq(700, 8);  // 2 more host pages, older than the prefetch
+  (void)tree.insert(other, ids(10, 2));
+  for (auto& o : tree.take_copies()) {
+    (void)tree.complete(o.id);
+  }
+  (void)tree.evict(tier::device, 64);
+  REQUIRE(tree.probe(doc).fastest_tokens[1] == 8);
+  REQUIRE(tree.probe(doc).fastest_tokens[2] == 8);
+  // The host is full: the first try demotes `other` (older) and gets no room until that lands.
+  CHECK(tree.prefetch(tree.probe(doc).node).empty());
+  auto room = tree.take_copies();
+  REQUIRE(room.size() == 1);
+  CHECK(room[0].from == tier::host);
+  CHECK(room[0].to == tier::file);
+  (void)tree.complete(room[0].id);
+  auto pf = tree.prefetch(tree.probe(doc).node);
+  REQUIRE(pf.size() == 1);
+  CHECK(pf[0].from_pages.size() == 2);
+  CHECK(tree.take_copies().empty());
+  (void)tree.complete(pf[0].id);
+  CHECK(tree.probe(doc).fastest_tokens[1] == 16);  // the path's own host pages stayed
+  CHECK(tree.probe(other).fastest_tokens[1] == 0);
+  tree.check_invariants();
+}
+
+TEST_CASE("hiradix_tree: discard drops a lost copy, and a broken prefix with everything below it", "[cpu][hiradix]")
+{
+  tokens_t const base = seq(0, 8);
+  tokens_t a = base, b = base;
+  for (std::int32_t i = 0; i < 4; ++i) {
+    a.push_back(100 + i), b.push_back(200 + i);
+  }
+  hiradix_tree tree = file_only(a);
+  (void)tree.adopt(tier::file, b, std::vector<std::int64_t>{13, 14, 15});  // b's leaf, beside a's
+  tree.check_invariants();
+  REQUIRE(tree.probe(b).fastest_tokens[2] == 12);
+  node_ref const shared = tree.probe(base).node;
+  // A leaf: only its copy goes.
+  auto d = tree.discard(tree.probe(b).node, tier::file);
+  CHECK(d.dropped);
+  CHECK(d.pages[2] == 1);
+  CHECK(tree.probe(b).tokens == 8);
+  // Locked: refused, nothing changes.
+  node_ref const leaf = tree.match(a).node;
+  tree.lock(leaf, tier::device);
+  CHECK_FALSE(tree.discard(shared, tier::file).dropped);
+  CHECK(tree.probe(a).tokens == 12);
+  tree.unlock(leaf, tier::device);
+  // The shared prefix's only copy: it goes with a's leaf below it.
+  d = tree.discard(shared, tier::file);
+  CHECK(d.dropped);
+  CHECK(d.pages[2] == 3);
+  CHECK(tree.probe(a).tokens == 0);
+  CHECK(tree.free_slots(tier::file) == 16);
+  tree.check_invariants();
+  // A copy with another beside it: only that one goes.
+  hiradix_tree t2{small_config(write_policy::write_through)};
+  (void)t2.insert(base, ids(0, 2));
+  for (auto& o : t2.take_copies()) {
+    (void)t2.complete(o.id);
+  }
+  d = t2.discard(t2.probe(base).node, tier::host);
+  CHECK(d.dropped);
+  CHECK(t2.probe(base).fastest_tokens[0] == 8);
+  CHECK(t2.probe(base).tier_tokens[1] == 0);
+  t2.check_invariants();
+}
+
+TEST_CASE("hiradix_tree: the file write policy copies host pages to the file tier", "[cpu][hiradix]")
+{
+  for (write_policy p : {write_policy::write_back, write_policy::write_through, write_policy::write_through_selective}) {
+    INFO("file policy " << int(p));
+    hiradix_config c = small_config(write_policy::write_through);
+    c.file_policy = p;
+    hiradix_tree tree{c};
+    tokens_t const t = seq(0, 8);
+    (void)tree.insert(t, ids(0, 2));
+    auto up = tree.take_copies();
+    REQUIRE(up.size() == 1);
+    (void)tree.complete(up[0].id);  // on the host now
+    auto down = tree.take_copies();
+    CHECK(down.size() == (p == write_policy::write_through ? 1u : 0u));
+    if (p == write_policy::write_through_selective) {
+      (void)tree.match(t);
+      CHECK(tree.take_copies().empty());
+      (void)tree.match(t);  // the second hit
+      down = tree.take_copies();
+      CHECK(down.size() == 1);
+    }
+    for (auto& o : down) {
+      CHECK(o.from == tier::host);
+      CHECK(o.to == tier::file);
+      CHECK(o.ids == t);
+      (void)tree.complete(o.id);
+      CHECK(tree.probe(t).tier_tokens[2] == 8);
+    }
+    tree.check_invariants();
+  }
+}

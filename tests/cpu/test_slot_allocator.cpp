@@ -83,3 +83,28 @@ TEST_CASE("slot allocator matches a set model under random operations", "[cpu][t
     CHECK(a.is_allocated(s) == (held.count(s) == 1));
   }
 }
+
+TEST_CASE("claim takes these very slots; allocation skips them; bad claims change nothing", "[cpu][tier]")
+{
+  strata::slot_allocator a{8};
+  a.claim(std::vector<std::int64_t>{0, 5, 2});
+  CHECK(a.available() == 5);
+  CHECK(a.is_allocated(5));
+  CHECK_THROWS_AS(a.claim(std::vector<std::int64_t>{1, 5}), strata::invalid_argument);  // 5 is taken
+  CHECK_THROWS_AS(a.claim(std::vector<std::int64_t>{3, 3}), strata::invalid_argument);
+  CHECK_THROWS_AS(a.claim(std::vector<std::int64_t>{8}), strata::invalid_argument);
+  CHECK_FALSE(a.is_allocated(1));
+  CHECK_FALSE(a.is_allocated(3));
+  CHECK(a.available() == 5);
+  CHECK(a.allocate(5) == std::vector<std::int64_t>{1, 3, 4, 6, 7});  // ascending, the claimed skipped
+  CHECK(a.available() == 0);
+  a.release(std::vector<std::int64_t>{5, 1});
+  a.claim(std::vector<std::int64_t>{5});
+  CHECK(a.allocate(1) == std::vector<std::int64_t>{1});
+  CHECK(a.available() == 0);
+  a.release(std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(a.available() == 8);
+  auto all = a.allocate(8);
+  std::sort(all.begin(), all.end());
+  CHECK(all == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+}

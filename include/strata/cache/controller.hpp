@@ -35,6 +35,8 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -67,9 +69,29 @@ struct host_policies {
   using executor = host_executor;                            ///< memcpy on the calling thread
 };
 
+/// @brief What a waiting request does while its prefix moves from the file (or remote) tier up to
+///        the host (`controller_options::prefetch`).
+enum class prefetch_policy {
+  off,            ///< no prefetch: a load reads the lower tier when the request starts
+  best_effort,    ///< prefetch at `submit`; the scheduler may start the request at once (what has
+                  ///< not landed then is read from below)
+  wait_complete,  ///< prefetch at `submit`; the scheduler sees the request only once it has landed
+  timeout,        ///< as `wait_complete`, for at most `prefetch_timeout_s`
+};
+
 /// @brief Settings of a `cache_controller` (defaults work out of the box).
 struct controller_options {
   write_policy policy = write_policy::write_through;  ///< when device pages are backed up to the host
+  /// When host pages are copied to the file tier: on host eviction (`write_back`, the default), as
+  /// soon as they are on the host (`write_through`: what the host holds survives a restart), or
+  /// after `selective_hits` hits.
+  write_policy file_policy = write_policy::write_back;
+  /// Prefetch of a submitted request's prefix from the file or remote tier into the host tier.
+  prefetch_policy prefetch = prefetch_policy::best_effort;
+  double prefetch_timeout_s = 0.05;  ///< how long `prefetch_policy::timeout` holds a request back
+  /// Seconds on the engine's clock, for the prefetch timeout (empty: `std::chrono::steady_clock`;
+  /// the simulator passes virtual time).
+  std::function<double()> clock{};
   std::int64_t selective_hits = 2;                    ///< hits before a `write_through_selective` backup
   std::int64_t delay_hit_tokens = 64;                 ///< shortest prefix worth waiting for (delay hits)
   /// The scheduler's cost model (empty: `h200::costs_for(geometry)`, H200 figures).
@@ -149,6 +171,16 @@ struct cache_stats {
   std::int64_t released = 0;                             ///< requests released (finished or aborted)
   std::int64_t failed_transfers = 0;                     ///< submissions that failed (their pages recomputed)
   std::int64_t requeued = 0;                             ///< requests sent back to wait by a failed load
+  /// Pages whose copy in a record store (file, remote) failed to read back: dropped from the index,
+  /// with every page cached only below them (their prefixes are recomputed).
+  std::int64_t discarded_pages = 0;
+  std::int64_t prefetched_pages = 0;  ///< pages copied up to the host tier for waiting requests (submitted)
+  std::int64_t prefetch_waits = 0;    ///< rounds a request was held back for its prefetch
+  /// File-tier pages the index learned at construction from records kept across a restart
+  /// (`file_store::open`); `restore_dropped` counts the records it could not place (no chain to a
+  /// first page, another page size, a duplicate): their slots are reused.
+  std::int64_t restored_pages = 0;
+  std::int64_t restore_dropped = 0;
 };
 
 namespace h200 {
@@ -203,11 +235,15 @@ class cache_controller {
         options_{std::move(options)},
         scheduler_{std::move(scheduler)},
         executor_{std::move(executor)},
+        recovered_{take_recovered(tiers_)},
         tree_{tree_config(), tiers_.slots()}
   {
     if (options_.costs.page_bytes() == 0) { options_.costs = h200::costs_for(tiers_.geometry()); }
     STRATA_EXPECTS(options_.costs.page_tokens() == page_tokens(), "cache_controller: the cost model's pages hold ",
                    options_.costs.page_tokens(), " tokens, the tiers' ", page_tokens());
+    STRATA_EXPECTS(options_.prefetch_timeout_s >= 0 && options_.prefetch_timeout_s < 1e9,
+                   "cache_controller: prefetch_timeout_s must be in [0, 1e9) seconds, got ", options_.prefetch_timeout_s);
+    restore();
   }
   cache_controller(cache_controller const&) = delete;
   cache_controller& operator=(cache_controller const&) = delete;
@@ -217,12 +253,15 @@ class cache_controller {
   /**
    * @brief A request arrives: it waits for `schedule`. With a strategy that uses delay hits, its
    *        uncached prefix is marked as about to be computed.
-   * @throw strata::invalid_argument for a live id, no tokens, `max_new_tokens < 1`, or a prompt
-   *        shorter than its whole pages
+   *        When its cached prefix lies in the file (or remote) tier, a prefetch copies it up to the
+   *        host tier (`controller_options::prefetch`; copies submitted on `stream`).
+   * @throw strata::invalid_argument for a live id, no tokens, `max_new_tokens < 1`, a prompt
+   *        shorter than its whole pages, or a stream the executor refuses
    */
-  void submit(cache_request const& r)
+  void submit(cache_request const& r, stream_type stream = {})
   {
     std::lock_guard lock{m_};
+    check_stream(stream);
     std::int64_t const ids = std::int64_t(r.tokens.size());
     std::int64_t const prompt = r.prompt_tokens > 0 ? r.prompt_tokens : (options_.page_ids ? 0 : ids);
     STRATA_EXPECTS(requests_.count(r.id) == 0, "cache_controller::submit: request ", r.id.value, " is already live");
@@ -240,6 +279,7 @@ class cache_controller {
     s->prompt_tokens = prompt;
     s->max_new_tokens = r.max_new_tokens;
     mark(r.id, *s);
+    prefetch(*s, stream);
     waiting_request w;
     w.id = r.id;
     w.arrival_s = r.arrival_s;
@@ -267,8 +307,18 @@ class cache_controller {
     batch_plan plan;
     plan.round = ++round_;
     if (waiting_.empty()) { return plan; }
+    // Requests whose prefetch holds them back (wait_complete, timeout) are left out of the view.
+    std::vector<std::size_t> shown;
+    std::vector<waiting_request> visible;
+    bool const hiding = held_for_prefetch(shown);
+    if (hiding) {
+      if (shown.empty()) { return plan; }
+      for (auto i : shown) {
+        visible.push_back(waiting_[i]);
+      }
+    }
     scheduler_view v;
-    v.waiting = waiting_;
+    v.waiting = hiding ? std::span<waiting_request>{visible} : std::span<waiting_request>{waiting_};
     v.tree = &tree_;
     v.costs = &options_.costs;
     v.page_tokens = page_tokens();
@@ -279,6 +329,17 @@ class cache_controller {
     v.running_max_remaining = budget.running_max_remaining;
     plan = scheduler_.schedule(v);
     plan.round = round_;
+    if (hiding) {  // positions in the view -> positions in the waiting list
+      for (std::size_t j = 0; j < shown.size(); ++j) {
+        waiting_[shown[j]] = visible[j];
+      }
+      for (auto& it : plan.prefills) {
+        it.index = shown[it.index];
+      }
+      for (auto& d : plan.deferred) {
+        d.index = shown[d.index];
+      }
+    }
     for (auto const& d : plan.deferred) {
       ++waiting_[d.index].deferrals;
       waiting_[d.index].delay_hit_deferred = d.reason == deferral_reason::delay_hit;
@@ -372,15 +433,26 @@ class cache_controller {
   }
 
   /**
-   * @brief Completes every landed copy (loads, backups, demotions) in the index, freeing demoted
-   *        device pages; a failed one is cancelled (a failed load sends its requests back to wait).
+   * @brief Completes every landed copy (loads, backups, demotions, prefetches) in the index, freeing
+   *        demoted device pages; a failed one is cancelled (a failed load sends its requests back to
+   *        wait). Copies that landing made due (a host page written through to the file tier) are
+   *        submitted on `stream`.
    * @return submissions still pending
+   * @throw strata::invalid_argument for a stream the executor refuses
    */
-  std::size_t poll()
+  std::size_t poll(stream_type stream = {})
   {
     std::lock_guard lock{m_};
+    check_stream(stream);
     for (std::size_t i = 0; i < inflight_.size();) {
       if (!settle(i)) { ++i; }
+    }
+    submit_queued(stream);
+    for (std::size_t i = 0; i < inflight_.size();) {  // what an executor copied at once
+      if (!settle(i)) { ++i; }
+    }
+    for (auto* s : waiting_state_) {  // prefetches that found the host full, once room was made
+      if (s->prefetch_retry && s->prefetch == 0 && s->at == stage::waiting) { prefetch(*s, stream); }
     }
     return inflight_.size();
   }
@@ -626,6 +698,15 @@ class cache_controller {
     std::vector<std::int64_t> computed;         // device pages of the computed whole pages
     std::vector<std::int64_t> extra;            // pages the index does not hold: uncached, partial tail, output
     std::vector<std::uint64_t> computing_keys;  // its pages in `unmarked_computing_`
+    std::uint64_t prefetch = 0;                 // submission of its pending prefetch (0: none)
+    bool prefetch_retry = false;                // its prefetch found the host full and made room: try again
+    double prefetch_at = 0;                     // when it was submitted (`now()`)
+  };
+  /// A record a record store kept across a restart, as the index needs it.
+  struct kept_record {
+    std::int64_t slot;
+    std::uint64_t key, parent_key;
+    std::vector<std::int32_t> ids;
   };
   struct submission {
     std::uint64_t id;
@@ -646,6 +727,7 @@ class cache_controller {
       c.capacity[t] = tiers_.capacity(tier(t));
     }
     c.policy = options_.policy;
+    c.file_policy = options_.file_policy;
     c.selective_hits = options_.selective_hits;
     c.delay_hit_tokens = options_.delay_hit_tokens;
     return c;
@@ -767,6 +849,158 @@ class cache_controller {
     if constexpr (requires { executor_.check_stream(stream); }) { executor_.check_stream(stream); }
   }
 
+  [[nodiscard]] double now() const
+  {
+    if (options_.clock) { return options_.clock(); }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+
+  /// Starts copying the part of a request's cached prefix that lies below the host (file, remote)
+  /// up to the host tier, per `options_.prefetch`.
+  void prefetch(state& s, stream_type stream)
+  {
+    if (options_.prefetch == prefetch_policy::off || !tree_.has_tier(tier::host)) { return; }
+    match_result const m = tree_.probe(s.tokens);
+    if (m.fastest_tokens[std::size_t(tier::file)] + m.fastest_tokens[std::size_t(tier::remote)] == 0) { return; }
+    std::vector<copy_order> orders = tree_.prefetch(m.node);
+    (void)tree_.take_internal_evictions();  // host and file slots: the index's own
+    std::int64_t got = 0;
+    for (auto const& o : orders) {
+      got += std::int64_t(o.to_pages.size()) * page_tokens();
+    }
+    // No room on the host yet: the demotions that make it are queued; `poll` tries again once they land.
+    auto room = tree_.take_copies();
+    s.prefetch_retry = got < m.fastest_tokens[std::size_t(tier::file)] + m.fastest_tokens[std::size_t(tier::remote)] &&
+                       !room.empty();
+    queued_.insert(queued_.end(), std::make_move_iterator(room.begin()), std::make_move_iterator(room.end()));
+    if (!orders.empty()) {
+      for (auto const& o : orders) {
+        stats_.prefetched_pages += std::int64_t(o.to_pages.size());
+      }
+      handle_type const h = submit_orders(std::move(orders), copy_kind::copy, stream, nullptr);
+      s.prefetch = inflight_.back().id;
+      s.prefetch_at = now();
+      if (executor_.status(h) != copy_status::pending) {  // an executor that copies at once
+        (void)settle(inflight_.size() - 1);
+        s.prefetch = 0;
+      }
+    }
+    submit_queued(stream);  // demotions that made room on the host
+  }
+
+  /// Under `wait_complete` / `timeout`: settles the prefetches that landed, and lists in `shown` the
+  /// waiting positions not held back by one. True when some request is held back.
+  bool held_for_prefetch(std::vector<std::size_t>& shown)
+  {
+    if (options_.prefetch != prefetch_policy::wait_complete && options_.prefetch != prefetch_policy::timeout) {
+      return false;
+    }
+    auto pending_at = [&](std::uint64_t id) -> std::optional<std::size_t> {
+      for (std::size_t i = 0; i < inflight_.size(); ++i) {
+        if (inflight_[i].id == id) { return i; }
+      }
+      return std::nullopt;
+    };
+    double const t = options_.prefetch == prefetch_policy::timeout ? now() : 0;
+    bool held = false;
+    for (std::size_t i = 0; i < waiting_.size(); ++i) {
+      state& s = *waiting_state_[i];
+      if (s.prefetch != 0) {
+        auto const at = pending_at(s.prefetch);
+        if (!at || settle(*at) ||
+            (options_.prefetch == prefetch_policy::timeout && t - s.prefetch_at >= options_.prefetch_timeout_s)) {
+          s.prefetch = 0;  // landed, failed (its pages are read from below, or recomputed), or timed out
+        }
+      }
+      if (s.prefetch != 0) {
+        held = true;
+        ++stats_.prefetch_waits;
+      } else {
+        shown.push_back(i);
+      }
+    }
+    return held;
+  }
+
+  /// Takes the records a record store (the file tier) kept across a restart, and gives their
+  /// slots back to its allocator: the index adopts the ones it can place (`restore`).
+  static std::vector<kept_record> take_recovered(tiers_type& tiers)
+  {
+    std::vector<kept_record> out;
+    if constexpr (tiers_type::has(tier::file)) {
+      auto& store = tiers.template get<tier::file>();
+      if constexpr (requires { store.recovered()[0].ids; store.recovered()[0].parent_key; store.key(0); }) {
+        std::vector<std::int64_t> slots;
+        for (auto const& r : store.recovered()) {
+          // Only records the store still holds as recovered (a store reused by a second controller
+          // has moved on since).
+          if (!store.slots().is_allocated(r.slot) || store.key(r.slot) != std::optional<std::uint64_t>{r.key}) {
+            continue;
+          }
+          out.push_back({r.slot, r.key, r.parent_key, {r.ids.begin(), r.ids.end()}});
+          slots.push_back(r.slot);
+        }
+        if (!slots.empty()) { store.slots().release(slots); }
+      }
+    }
+    return out;
+  }
+
+  /// The index learns the prefixes whose pages the file tier kept: records chain to their prefix
+  /// through their parent keys; every chain from a first page is adopted, leaf by leaf. Records that
+  /// chain to no first page, hold another page size, or repeat a key, are left (their slots are free).
+  void restore()
+  {
+    std::vector<kept_record> records = std::move(recovered_);
+    recovered_ = {};
+    if (records.empty()) { return; }
+    std::int64_t const per_page = options_.page_ids ? 1 : page_tokens();
+    std::unordered_map<std::uint64_t, std::size_t> by_key;
+    std::unordered_map<std::uint64_t, std::vector<std::size_t>> children;  // parent key -> records
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      kept_record const& r = records[i];
+      if (std::int64_t(r.ids.size()) != per_page || tree_.page_key(r.ids, r.parent_key) != r.key ||
+          !by_key.emplace(r.key, i).second) {
+        continue;
+      }
+      children[r.parent_key].push_back(i);
+    }
+    std::vector<std::int32_t> tokens;
+    std::vector<std::int64_t> slots;
+    std::vector<std::pair<std::size_t, std::size_t>> path;  // (record, next child to visit)
+    std::vector<char> placed(records.size(), 0);
+    auto kids = [&](std::size_t i) -> std::vector<std::size_t> const* {
+      auto const it = children.find(records[i].key);
+      return it == children.end() ? nullptr : &it->second;
+    };
+    if (auto const roots = children.find(0); roots != children.end()) {
+      for (auto root : roots->second) {
+        path.push_back({root, 0});
+        tokens.insert(tokens.end(), records[root].ids.begin(), records[root].ids.end());
+        slots.push_back(records[root].slot);
+        placed[root] = 1;
+        while (!path.empty()) {
+          auto& [i, next] = path.back();
+          auto const* k = kids(i);
+          if (k != nullptr && next < k->size()) {
+            std::size_t const c = (*k)[next++];
+            if (placed[c] != 0) { continue; }  // a cycle only a hash collision could make
+            placed[c] = 1;
+            path.push_back({c, 0});
+            tokens.insert(tokens.end(), records[c].ids.begin(), records[c].ids.end());
+            slots.push_back(records[c].slot);
+            continue;
+          }
+          if (k == nullptr) { stats_.restored_pages += tree_.adopt(tier::file, tokens, slots).pages; }
+          path.pop_back();
+          tokens.resize(tokens.size() - std::size_t(per_page));
+          slots.pop_back();
+        }
+      }
+    }
+    stats_.restore_dropped = std::int64_t(records.size()) - stats_.restored_pages;
+  }
+
   /// Hands queued backups and demotions to the executor.
   void submit_queued(stream_type stream)
   {
@@ -852,21 +1086,33 @@ class cache_controller {
       tiers_.device().slots().release(std::span<std::int64_t const>{&p, 1});
     }
     std::sort(again.begin(), again.end());
+    for (auto id : again) {  // locks and marks go first, so that the lost copies can go
+      unhold(id, *requests_.at(id));
+    }
+    // What a record store failed to read back is not trusted again: those copies leave the index
+    // (with the prefixes cached only below them), so the requests recompute rather than retry.
+    for (auto const& o : sub.orders) {
+      if (o.from < tier::file || !tree_.alive(o.node)) { continue; }
+      discard_result const d = tree_.discard(o.node, o.from);
+      release_device(d.freed_device);
+      for (auto n : d.pages) {
+        stats_.discarded_pages += n;
+      }
+    }
     for (auto id : again) {
       requeue(id);
     }
     return true;
   }
 
-  /// A request whose load failed starts over: its pages go back, it waits, and its next start
-  /// finds only what is really cached.
+  /// A request whose load failed starts over (its pages went back with `unhold`): it waits, and its
+  /// next start finds only what is really cached.
   void requeue(request_id id)
   {
     auto const it = requests_.find(id);
     if (it == requests_.end()) { return; }
     state& s = *it->second;
     bool const was_waiting = std::find(waiting_state_.begin(), waiting_state_.end(), &s) != waiting_state_.end();
-    unhold(id, s);
     s.at = stage::waiting;
     unblock(id);
     mark(id, s);
@@ -992,6 +1238,7 @@ class cache_controller {
   controller_options options_;
   scheduler_type scheduler_;
   executor_type executor_;
+  std::vector<kept_record> recovered_;  // until `restore`: records kept across a restart
   hiradix_tree tree_;
   mutable std::mutex m_;
   std::unordered_map<request_id, std::unique_ptr<state>, request_hash> requests_;

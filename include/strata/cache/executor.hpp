@@ -60,23 +60,45 @@ concept copy_executor = std::copyable<typename E::handle_type> && std::default_i
 
 namespace detail {
 
-/// @brief Page pairs of `orders` that move from tier `from` to tier `to`, in order.
-inline std::vector<page_pair> pairs_between(std::span<copy_order const> orders, tier from, tier to)
-{
+/// @brief The pages of `orders` that move from one tier to another, in order, with what a record
+///        store keeps of each (`copy_order::keys`, `parent_key`, `ids`).
+struct direction {
   std::vector<page_pair> pairs;
+  std::vector<std::uint64_t> keys;         ///< per pair (empty unless every order carries keys)
+  std::vector<std::uint64_t> parent_keys;  ///< per pair, with `keys`
+  std::vector<std::int32_t> ids;           ///< `ids_per_page` per pair (empty unless every order carries them)
+  std::int64_t ids_per_page = 0;
+};
+
+/// @brief The pages of `orders` that move from tier `from` to tier `to`.
+inline direction direction_between(std::span<copy_order const> orders, tier from, tier to)
+{
+  direction d;
+  bool keys = true, ids = true;
   for (auto const& o : orders) {
     if (o.from != from || o.to != to) { continue; }
+    keys = keys && o.keys.size() == o.from_pages.size();
+    ids = ids && o.ids_per_page > 0 && o.ids.size() == o.from_pages.size() * std::size_t(o.ids_per_page) &&
+          (d.ids_per_page == 0 || d.ids_per_page == o.ids_per_page);
+    if (ids) { d.ids_per_page = o.ids_per_page; }
     for (std::size_t i = 0; i < o.from_pages.size(); ++i) {
-      pairs.push_back({o.from_pages[i], o.to_pages[i]});
+      d.pairs.push_back({o.from_pages[i], o.to_pages[i]});
+      if (keys) {
+        d.keys.push_back(o.keys[i]);
+        d.parent_keys.push_back(i == 0 ? o.parent_key : o.keys[i - 1]);
+      }
     }
+    if (ids) { d.ids.insert(d.ids.end(), o.ids.begin(), o.ids.end()); }
   }
-  return pairs;
+  if (!keys) { d.keys.clear(), d.parent_keys.clear(); }
+  if (!ids) { d.ids.clear(), d.ids_per_page = 0; }
+  return d;
 }
 
 /**
- * @brief Calls `f(src_store, dst_store, pairs)` once per (from, to) tier pair present in `orders`,
- *        with the page pairs of every order between them (one copy plan per direction instead of
- *        one per node).
+ * @brief Calls `f(src_store, dst_store, direction)` once per (from, to) tier pair present in
+ *        `orders`, with the pages of every order between them (one copy plan per direction instead
+ *        of one per node).
  */
 template <class Tiers, class F>
 void for_each_direction(Tiers& tiers, std::span<copy_order const> orders, F&& f)
@@ -86,12 +108,12 @@ void for_each_direction(Tiers& tiers, std::span<copy_order const> orders, F&& f)
     auto const a = std::size_t(o.from), b = std::size_t(o.to);
     if (seen[a][b]) { continue; }
     seen[a][b] = true;
-    auto const pairs = pairs_between(orders, o.from, o.to);
+    direction const d = direction_between(orders, o.from, o.to);
     tiers.for_each([&](auto& src) {
       if (std::remove_cvref_t<decltype(src)>::kind != o.from) { return; }
       tiers.for_each([&](auto& dst) {
         if (std::remove_cvref_t<decltype(dst)>::kind != o.to) { return; }
-        f(src, dst, std::span<page_pair const>{pairs});
+        f(src, dst, d);
       });
     });
   }
@@ -120,6 +142,35 @@ struct record_legs {
   [[nodiscard]] std::vector<std::byte const*> sources() const { return {at.begin(), at.end()}; }
 };
 
+/// @brief Reads the records of `legs` from record store `store`, refusing records of other keys
+///        where the store can check them and the orders carry keys. @return whether all arrived intact
+template <class S>
+[[nodiscard]] bool read_records(S& store, record_legs const& legs, direction const& d)
+{
+  if constexpr (requires { store.read(legs.from, legs.at, std::span<std::uint64_t const>{d.keys}); }) {
+    if (!d.keys.empty()) { return store.read(legs.from, legs.at, std::span<std::uint64_t const>{d.keys}); }
+  }
+  return store.read(legs.from, legs.at);
+}
+
+/// @brief Writes the records of `legs` to record store `store`, with each page's identity where the
+///        store keeps it. @return whether all were written
+template <class S>
+[[nodiscard]] bool write_records(S& store, record_legs const& legs, direction const& d)
+{
+  auto const sources = legs.sources();
+  if constexpr (requires {
+                  store.write(legs.to, std::span<std::byte const* const>{sources}, std::span<std::uint64_t const>{d.keys},
+                              std::span<std::uint64_t const>{d.parent_keys}, std::span<std::int32_t const>{d.ids});
+                }) {
+    if (!d.keys.empty()) {
+      return store.write(legs.to, std::span<std::byte const* const>{sources}, std::span<std::uint64_t const>{d.keys},
+                         std::span<std::uint64_t const>{d.parent_keys}, std::span<std::int32_t const>{d.ids});
+    }
+  }
+  return store.write(legs.to, std::span<std::byte const* const>{sources});
+}
+
 }  // namespace detail
 
 /**
@@ -147,7 +198,8 @@ class host_executor {
   {
     handle_type h;
     try {
-      detail::for_each_direction(tiers, orders, [&](auto& src, auto& dst, std::span<page_pair const> pairs) {
+      detail::for_each_direction(tiers, orders, [&](auto& src, auto& dst, detail::direction const& d) {
+        std::span<page_pair const> const pairs{d.pairs};
         using S = std::remove_cvref_t<decltype(src)>;
         using D = std::remove_cvref_t<decltype(dst)>;
         kv_geometry const g = src.geometry();
@@ -160,13 +212,13 @@ class host_executor {
           page_first const records{bounce_.data(), g, n};
           detail::record_legs const legs{pairs, records};
           if constexpr (record_store<S>) {
-            STRATA_EXPECTS(src.read(legs.from, legs.at), "host_executor: reading ", n, " records from the ",
+            STRATA_EXPECTS(detail::read_records(src, legs, d), "host_executor: reading ", n, " records from the ",
                            to_string(S::kind), " tier failed");
           } else {
             host_copy{}.copy(copy_plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)});
           }
           if constexpr (record_store<D>) {
-            STRATA_EXPECTS(dst.write(legs.to, legs.sources()), "host_executor: writing ", n, " records to the ",
+            STRATA_EXPECTS(detail::write_records(dst, legs, d), "host_executor: writing ", n, " records to the ",
                            to_string(D::kind), " tier failed");
           } else {
             host_copy{}.copy(copy_plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)});

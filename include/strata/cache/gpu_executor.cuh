@@ -207,7 +207,8 @@ class gpu_executor {
       handle_type last;  // the last direction on the GPU: same stream, so it covers the earlier ones
       bool moved = false;
       try {
-        detail::for_each_direction(tiers, orders, [&](auto& src, auto& dst, std::span<page_pair const> pairs) {
+        detail::for_each_direction(tiers, orders, [&](auto& src, auto& dst, detail::direction const& d) {
+          std::span<page_pair const> const pairs{d.pairs};
           using S = std::remove_cvref_t<decltype(src)>;
           using D = std::remove_cvref_t<decltype(dst)>;
           if constexpr (addressable_store<S> && addressable_store<D>) {
@@ -216,9 +217,9 @@ class gpu_executor {
           } else if constexpr (record_store<S> && addressable_store<D>) {
             // Records are read on this thread; into the device, a GPU copy follows (into host
             // memory the CPU copies: nothing left in flight, no handle).
-            if (handle_type h = from_records(src, dst, pairs, kind, s); h.valid()) { last = std::move(h); }
+            if (handle_type h = from_records(src, dst, d, kind, s); h.valid()) { last = std::move(h); }
           } else if constexpr (addressable_store<S> && record_store<D>) {
-            to_records(src, dst, pairs, s);  // done when it returns
+            to_records(src, dst, d, s);  // done when it returns
           } else {
             STRATA_EXPECTS(false, "gpu_executor: no copy between the ", to_string(S::kind), " and ",
                            to_string(D::kind), " tiers (each needs a layout or records)");
@@ -486,13 +487,13 @@ class gpu_executor {
   /// bounce buffer on this thread (a failed read throws: the submission fails, the load is a miss),
   /// then copied into the device pool like any host load (per layer) or into host memory by the CPU.
   template <class S, class D>
-  transfer_handle from_records(S& src, D& dst, std::span<page_pair const> pairs, copy_kind kind, cudaStream_t s)
+  transfer_handle from_records(S& src, D& dst, detail::direction const& d, copy_kind kind, cudaStream_t s)
   {
     kv_geometry const g = src.geometry();
-    std::int64_t const n = std::int64_t(pairs.size());
+    std::int64_t const n = std::int64_t(d.pairs.size());
     page_first const records = bounce_records(g, n);
-    detail::record_legs const legs{pairs, records};
-    if (!src.read(legs.from, legs.at)) {
+    detail::record_legs const legs{d.pairs, records};
+    if (!detail::read_records(src, legs, d)) {
       throw error(detail::concat("strata: gpu_executor: reading ", n, " records from the ", to_string(S::kind),
                          " tier failed (the load is a miss)"));
     }
@@ -509,12 +510,12 @@ class gpu_executor {
   /// An addressable store into a record store: pages into the bounce buffer (from the device: a
   /// copy waited for here), then written as records on this thread (a failed write throws).
   template <class S, class D>
-  void to_records(S& src, D& dst, std::span<page_pair const> pairs, cudaStream_t s)
+  void to_records(S& src, D& dst, detail::direction const& d, cudaStream_t s)
   {
     kv_geometry const g = src.geometry();
-    std::int64_t const n = std::int64_t(pairs.size());
+    std::int64_t const n = std::int64_t(d.pairs.size());
     page_first const records = bounce_records(g, n);
-    detail::record_legs const legs{pairs, records};
+    detail::record_legs const legs{d.pairs, records};
     copy_plan const plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)};
     if constexpr (S::kind == tier::device) {
       transfer_handle const h = issue(plan, copy_kind::copy, s, false);
@@ -522,7 +523,7 @@ class gpu_executor {
     } else {
       host_copy{}.copy(plan);
     }
-    if (!dst.write(legs.to, legs.sources())) {
+    if (!detail::write_records(dst, legs, d)) {
       throw error(detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind), " tier failed"));
     }
   }

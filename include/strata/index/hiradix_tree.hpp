@@ -53,7 +53,12 @@ struct hiradix_config {
   /// host, file and remote capacities the tree allocates from (0: tier absent).
   std::array<std::int64_t, tier_count> capacity{0, 0, 0, 0};
   write_policy policy = write_policy::write_through_selective;  ///< device -> host backups
-  std::int64_t selective_hits = 2;                              ///< hits before a selective backup
+  /// Host -> file copies: on host eviction only (`write_back`, the default: the file tier holds
+  /// what the host lets go), as soon as a page is on the host (`write_through`: the file tier
+  /// holds everything the host does, so a restart or a host eviction loses nothing), or once the
+  /// node is hit `selective_hits` times (`write_through_selective`).
+  write_policy file_policy = write_policy::write_back;
+  std::int64_t selective_hits = 2;  ///< hits before a selective backup (to the host, or to the file tier)
   std::int64_t delay_hit_tokens = 64;                           ///< shortest transient match reported as a delay hit
 };
 
@@ -80,6 +85,20 @@ struct insert_result {
   /// The caller's device pages the tree did not take (already cached on the device, or past a
   /// prefix another request is computing): free them.
   std::vector<std::int64_t> unused_device_pages;
+};
+
+/// @brief What `adopt` did.
+struct adopt_result {
+  std::int64_t pages{};  ///< pages whose slot the tree took (the others were held in the tier already)
+  node_ref node{};       ///< deepest node of the prefix walked
+};
+
+/// @brief What `discard` did.
+struct discard_result {
+  bool dropped{};  ///< false: a node that would go is locked, pinned or transient; nothing changed
+  /// Pages that went with it, per tier (the node's copy, and the whole subtree when that was its only copy).
+  std::array<std::int64_t, tier_count> pages{};
+  std::vector<std::int64_t> freed_device;  ///< device pages freed: the caller returns them to its pool
 };
 
 /// @brief What `evict` did.
@@ -199,6 +218,9 @@ class hiradix_tree {
       node_data const& m = nodes_[n];
       note_cached(r, m, k, device_run);
       if (config_.policy == write_policy::write_through_selective && m.hits >= config_.selective_hits) { backup(n); }
+      if (config_.file_policy == write_policy::write_through_selective && m.hits >= config_.selective_hits) {
+        file_backup(n);
+      }
       cur = n;
       p += k;
       if (partial) { break; }
@@ -451,6 +473,192 @@ class hiradix_tree {
     remove_node(n);
   }
 
+  // --- tiers that outlive the index, prefetch, lost copies --------------------------------------------
+
+  /**
+   * @brief The content key of a page: its ids (`page_tokens` of them) hashed over the key of the
+   *        page before it (0 for a prompt's first page). Equal keys, equal prefixes. Record stores
+   *        keep it in every record (`copy_order::keys`): it is part of the file tier's format, so
+   *        its definition never changes within a format version.
+   * @throw strata::invalid_argument when `page` does not hold `page_tokens` ids
+   */
+  [[nodiscard]] std::uint64_t page_key(std::span<std::int32_t const> page, std::uint64_t parent_key) const
+  {
+    STRATA_EXPECTS(std::int64_t(page.size()) == config_.page_tokens, "hiradix_tree::page_key: a page holds ",
+                   config_.page_tokens, " ids, got ", page.size());
+    return page_hash(page.data(), parent_key);
+  }
+
+  /**
+   * @brief Records that the whole pages of `tokens` are held in tier `t` (host or file) at `slots`,
+   *        one per whole page: a store that kept its pages across a restart (`file_store::open`)
+   *        tells a new index where they are. The slots are claimed in the tier's allocator. Pages the
+   *        index already holds in `t` keep their slots (the given one is not taken, and stays free);
+   *        the walk stops at a transient node (nothing hangs below one). Adopted nodes count as used now.
+   * @return pages taken, and the deepest node walked
+   * @throw strata::invalid_argument for another tier or one the tree lacks, a slot count other than
+   *        the whole pages, or a slot out of range, listed twice or already allocated; nothing changes then
+   */
+  adopt_result adopt(tier t, std::span<std::int32_t const> tokens, std::span<std::int64_t const> slots)
+  {
+    STRATA_EXPECTS((t == tier::host || t == tier::file) && has_tier(t),
+                   "hiradix_tree::adopt: pages can be adopted into the host or file tier the tree has, not the ",
+                   to_string(t), " tier");
+    std::int64_t const pages = whole_pages(tokens);
+    STRATA_EXPECTS(std::int64_t(slots.size()) == pages, "hiradix_tree::adopt: ", slots.size(), " slots for ", pages,
+                   " whole pages");
+    slot_allocator& alloc = *slots_[std::size_t(t)];
+    {
+      std::vector<std::int64_t> sorted(slots.begin(), slots.end());
+      std::sort(sorted.begin(), sorted.end());
+      for (std::size_t k = 0; k < sorted.size(); ++k) {
+        STRATA_EXPECTS(sorted[k] >= 0 && sorted[k] < alloc.capacity(), "hiradix_tree::adopt: slot ", sorted[k],
+                       " out of range [0, ", alloc.capacity(), ")");
+        STRATA_EXPECTS(k == 0 || sorted[k] != sorted[k - 1], "hiradix_tree::adopt: slot ", sorted[k], " listed twice");
+      }
+      // The slots of the pages it will take (those the tier does not hold yet) must be free.
+      std::uint32_t cur = 0;
+      for (std::int64_t p = 0; p < pages;) {
+        std::uint32_t const child = find_child(cur, tokens, p);
+        bool const fresh = child == npos;
+        if (!fresh && nodes_[child].state != transient_state::none) { break; }
+        std::int64_t const k = fresh ? pages - p : common_pages(nodes_[child], tokens, p, pages);
+        if (fresh || (!nodes_[child].resident[std::size_t(t)] && nodes_[child].pins[std::size_t(t)] == 0)) {
+          for (std::int64_t j = p; j < p + k; ++j) {
+            STRATA_EXPECTS(!alloc.is_allocated(slots[std::size_t(j)]), "hiradix_tree::adopt: slot ",
+                           slots[std::size_t(j)], " of the ", to_string(t), " tier is allocated");
+          }
+        }
+        if (fresh) { break; }
+        p += k;
+        if (k < nodes_[child].pages()) {  // the walk splits here and adds the rest as a new node
+          for (std::int64_t j = p; j < pages; ++j) {
+            STRATA_EXPECTS(!alloc.is_allocated(slots[std::size_t(j)]), "hiradix_tree::adopt: slot ",
+                           slots[std::size_t(j)], " of the ", to_string(t), " tier is allocated");
+          }
+          break;
+        }
+        cur = child;
+      }
+    }
+    ++clock_;
+    adopt_result r;
+    auto take = [&](std::uint32_t n, std::int64_t from, std::int64_t count) {
+      auto const mine = slots.subspan(std::size_t(from), std::size_t(count));
+      alloc.claim(mine);
+      set_pages(n, t, mine);
+      make_resident(n, t);
+      touch(n);
+      r.pages += count;
+    };
+    std::uint32_t cur = 0;
+    std::int64_t p = 0;
+    while (p < pages) {
+      std::uint32_t const child = find_child(cur, tokens, p);
+      if (child == npos) {
+        std::uint32_t const n = add_node(cur, tokens, p, pages, transient_state::none, {});
+        take(n, p, pages - p);
+        cur = n;
+        break;
+      }
+      if (nodes_[child].state != transient_state::none) { break; }
+      std::int64_t const k = common_pages(nodes_[child], tokens, p, pages);
+      std::uint32_t const n = k < nodes_[child].pages() ? split(child, k) : child;
+      if (!nodes_[n].resident[std::size_t(t)] && nodes_[n].pins[std::size_t(t)] == 0) {
+        take(n, p, k);
+      } else {
+        touch(n);
+      }
+      cur = n;
+      p += k;
+    }
+    r.node = ref(cur);
+    return r;
+  }
+
+  /**
+   * @brief Copies the path root -> `node` into the host tier from below (file or remote) wherever a
+   *        node is on neither the device nor the host and nothing is on its way there: a waiting
+   *        request's prefix moves up before its load needs it. Host slots come from the host tier,
+   *        evicting (demoting) pages used before now; the walk stops where there is no room. The
+   *        copies are like backups: the lower copy stays, and until `complete` a load still reads
+   *        from below (so a prefetch that lands late costs nothing but its bandwidth).
+   * @return the copies to run (empty without a host tier, or when nothing is below it)
+   * @throw strata::invalid_argument for a stale node
+   */
+  [[nodiscard]] std::vector<copy_order> prefetch(node_ref node)
+  {
+    check(node);
+    std::vector<copy_order> out;
+    if (!has_tier(tier::host)) { return out; }
+    ++clock_;
+    lock(node, tier::host);  // making room never evicts the path's own host pages
+    for (auto i : path_of(node.index)) {
+      node_data const& n = nodes_[i];
+      if (n.resident[0] || n.resident[1] || n.pins[0] != 0 || n.pins[1] != 0 || !cached(n)) { continue; }
+      touch(i);  // as recent as the request waiting for it: room is made from older pages only
+      auto pages = allocate(tier::host, nodes_[i].pages(), i);
+      if (!pages) { break; }
+      set_pages(i, tier::host, *pages);
+      out.push_back(order(i, tier(fastest_tier(nodes_[i])), tier::host, false));
+    }
+    unlock(node, tier::host);
+    return out;
+  }
+
+  /**
+   * @brief The copy of `node` in tier `t` is lost (a record store could not read it back intact):
+   *        drop it. When it was the node's only copy the prefix is broken there, and the node goes
+   *        with its whole subtree (every copy of it in every tier). A node that would go while it is
+   *        locked, pinned (a transfer pending) or transient stops it: nothing changes, and a later
+   *        failure tries again.
+   * @throw strata::invalid_argument for a stale node
+   */
+  [[nodiscard]] discard_result discard(node_ref node, tier t)
+  {
+    check(node);
+    discard_result r;
+    std::uint32_t const x = node.index;
+    auto busy = [&](std::uint32_t i) {
+      node_data const& n = nodes_[i];
+      return has_pins(n) || n.state != transient_state::none || n.locks[0] + n.locks[1] + n.locks[2] + n.locks[3] > 0;
+    };
+    if (!nodes_[x].resident[std::size_t(t)]) {
+      r.dropped = true;
+      return r;
+    }
+    if (copies_elsewhere(x, t)) {
+      if (nodes_[x].pins[std::size_t(t)] != 0 || nodes_[x].locks[std::size_t(t)] != 0) { return r; }
+      r.pages[std::size_t(t)] += nodes_[x].pages();
+      auto ids = drop(x, t, false);
+      if (t == tier::device) { r.freed_device = std::move(ids); }
+      r.dropped = true;
+      return r;
+    }
+    std::vector<std::uint32_t> subtree{x};  // parents before children
+    for (std::size_t k = 0; k < subtree.size(); ++k) {
+      if (busy(subtree[k])) { return r; }
+      for (auto const& [key, first] : nodes_[subtree[k]].children) {
+        for (std::uint32_t c = first; c != npos; c = nodes_[c].next_same_key) {
+          subtree.push_back(c);
+        }
+      }
+    }
+    std::uint32_t const parent = nodes_[x].parent;
+    for (auto it = subtree.rbegin(); it != subtree.rend(); ++it) {  // children first
+      for (std::size_t u = 0; u < tier_count; ++u) {
+        if (!nodes_[*it].resident[u]) { continue; }
+        r.pages[u] += nodes_[*it].pages();
+        auto ids = drop(*it, tier(u), false);
+        if (u == 0) { r.freed_device.insert(r.freed_device.end(), ids.begin(), ids.end()); }
+      }
+      remove_node(*it);
+    }
+    remove_empty({parent});
+    r.dropped = true;
+    return r;
+  }
+
   // --- locks -----------------------------------------------------------------------------------------
 
   /**
@@ -584,6 +792,11 @@ class hiradix_tree {
       }
     }
     apply_pending_drops(t, freed);
+    if (t.to == tier::host && config_.file_policy == write_policy::write_through) {
+      for (auto i : t.nodes) {
+        if (nodes_[i].alive) { file_backup(i); }
+      }
+    }
     return freed;
   }
 
@@ -1322,7 +1535,12 @@ class hiradix_tree {
     ++n.pins[std::size_t(to)];
     account(i);
     refresh(i);
-    copy_order o{id, ref(i), from, to, {}, {}, demotion};
+    copy_order o;
+    o.id = id;
+    o.node = ref(i);
+    o.from = from;
+    o.to = to;
+    o.demotion = demotion;
     auto ids = [&](tier t) {
       std::vector<std::int64_t> v;
       for (std::int64_t k = 0; k < n.pages(); ++k) {
@@ -1332,6 +1550,12 @@ class hiradix_tree {
     };
     o.from_pages = ids(from);
     o.to_pages = ids(to);
+    o.keys = n.hashes;
+    o.parent_key = n.parent == 0 ? 0 : nodes_[n.parent].hashes.back();
+    if (from >= tier::file || to >= tier::file) {  // record stores keep what a restart rebuilds the index from
+      o.ids = n.tokens;
+      o.ids_per_page = config_.page_tokens;
+    }
     return o;
   }
   void unpin(pending const& t)
@@ -1388,6 +1612,18 @@ class hiradix_tree {
     if (auto pages = allocate(tier::host, n.pages(), i)) {
       set_pages(i, tier::host, *pages);
       queued_.push_back(order(i, tier::device, tier::host, false));
+    }
+  }
+
+  /// Queues a host -> file copy of node `i` (the file write policy) if it is on the host only and
+  /// nothing is pending.
+  void file_backup(std::uint32_t i)
+  {
+    node_data const& n = nodes_[i];
+    if (!has_tier(tier::file) || !n.resident[1] || n.resident[2] || n.pins[1] != 0 || n.pins[2] != 0) { return; }
+    if (auto pages = allocate(tier::file, n.pages(), i)) {
+      set_pages(i, tier::file, *pages);
+      queued_.push_back(order(i, tier::host, tier::file, false));
     }
   }
 

@@ -112,11 +112,13 @@ struct file_store_options {
   io_backend io{};  ///< system calls (tests inject faults here)
 };
 
-/// @brief An intact record found when reopening a store: its slot and content key.
+/// @brief An intact record found when reopening a store: its slot, and what it says of its page.
 struct recovered_record {
-  std::int64_t slot;  ///< record slot (allocated in `slots()`)
-  std::uint64_t key;  ///< content key it was written with
-  friend constexpr bool operator==(recovered_record const&, recovered_record const&) = default;
+  std::int64_t slot{};        ///< record slot (allocated in `slots()`)
+  std::uint64_t key{};        ///< content key it was written with
+  std::uint64_t parent_key{};  ///< key of the page before it in its prefix (0: a first page, or not given)
+  std::vector<std::int32_t> ids;  ///< the page's ids (token ids), as written; empty when not given
+  friend bool operator==(recovered_record const&, recovered_record const&) = default;
 };
 
 /// @brief An asynchronous read or write in flight (`file_store::submit_read` / `submit_write`).
@@ -150,9 +152,13 @@ static_assert(sizeof(file_record_header) == 64);
 static_assert(std::endian::native == std::endian::little, "file_store's format is little-endian");
 
 inline constexpr std::uint64_t file_record_magic = 0x31564b4154525453ULL;  // "STRATKV1"
-inline constexpr std::uint32_t file_format_version = 1;
+inline constexpr std::uint32_t file_format_version = 2;  // 2: the page's identity after the 64-byte header
 inline constexpr std::int64_t file_header_bytes = 4096;
 inline constexpr std::int64_t file_alignment = 4096;
+/// @brief Where a record's identity starts in its header block: parent key (8 bytes), id count (4),
+///        zero (4), then the ids (4 bytes each).
+inline constexpr std::size_t file_identity_offset = sizeof(file_record_header);
+inline constexpr std::size_t file_ids_offset = file_identity_offset + 16;
 
 /// @brief CRC-32C of a 4 KiB header block, taking its `header_crc` field as zero.
 [[nodiscard]] inline std::uint32_t file_header_crc(std::byte const* block) noexcept
@@ -482,6 +488,9 @@ class io_uring_ring {
 class file_store {
  public:
   static constexpr tier kind = tier::file;  ///< the tier it serves
+  /// Most ids a record keeps for its page (what fits its 4 KiB header): pages of up to 1,004 tokens.
+  static constexpr std::int64_t max_record_ids =
+      std::int64_t(detail::file_header_bytes - std::int64_t(detail::file_ids_offset)) / 4;
 
   /**
    * @brief Creates (or, with `options.reopen`, reopens) the store's files.
@@ -623,6 +632,17 @@ class file_store {
   }
 
   /**
+   * @brief As above, with each page's identity (see `submit_write`): what a restart rebuilds the
+   *        prefix index from.
+   */
+  [[nodiscard]] bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
+                           std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys,
+                           std::span<std::int32_t const> ids)
+  {
+    return wait(submit_write(slots, sources, keys, parent_keys, ids));
+  }
+
+  /**
    * @brief Fetches one record per slot into `records` (`page_bytes()` each).
    * @return whether every record arrived intact; on false the destination bytes are unspecified
    *         and must not be used (a miss: the engine recomputes)
@@ -646,16 +666,27 @@ class file_store {
    * @brief Starts writing one record per slot; `sources` must stay valid until the ticket completes.
    *        The slots hold no record until then (a read of them fails).
    * @param keys content keys, one per slot, or empty for key 0
+   * @param parent_keys the key of the page before each one in its prefix (0: a first page), or empty
+   * @param ids the pages' ids, the same number per slot (at most `max_record_ids`), or empty: kept in
+   *        the records (copied now) so that a restart can rebuild the prefix index (`recovered()`)
    * @throw strata::invalid_argument for a size mismatch, a null source, a slot out of range, not
    *        allocated, listed twice or with an operation in flight; nothing is written then
    */
   [[nodiscard]] io_ticket submit_write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
-                                       std::span<std::uint64_t const> keys)
+                                       std::span<std::uint64_t const> keys,
+                                       std::span<std::uint64_t const> parent_keys = {},
+                                       std::span<std::int32_t const> ids = {})
   {
     validate(slots, sources.size(), keys.size(), "write");
     for (auto const* p : sources) {
       STRATA_EXPECTS(p != nullptr, "file_store: write: null source");
     }
+    STRATA_EXPECTS(parent_keys.empty() || parent_keys.size() == slots.size(), "file_store: write: ", slots.size(),
+                   " slots but ", parent_keys.size(), " parent keys");
+    std::size_t const per_page = slots.empty() ? 0 : ids.size() / slots.size();
+    STRATA_EXPECTS(per_page * slots.size() == ids.size() && std::int64_t(per_page) <= max_record_ids,
+                   "file_store: write: ", ids.size(), " ids for ", slots.size(), " slots (the same number per slot, at most ",
+                   max_record_ids, ")");
     auto b = std::make_shared<batch>();
     b->write = true;
     b->items.resize(slots.size());
@@ -664,6 +695,8 @@ class file_store {
       it.slot = slots[i];
       it.src = sources[i];
       it.key = keys.empty() ? 0 : keys[i];
+      it.parent_key = parent_keys.empty() ? 0 : parent_keys[i];
+      it.ids.assign(ids.begin() + std::ptrdiff_t(i * per_page), ids.begin() + std::ptrdiff_t((i + 1) * per_page));
       it.sequence = next_sequence_++;
       auto& s = index_[static_cast<std::size_t>(it.slot)];
       s.valid = false;  // its content is unknown until the write completes
@@ -755,6 +788,8 @@ class file_store {
     std::byte* dst = nullptr;
     std::uint64_t key = 0;
     std::uint64_t sequence = 0;
+    std::uint64_t parent_key = 0;  // writes: the page's identity
+    std::vector<std::int32_t> ids;
   };
   struct batch {
     bool write = false;
@@ -888,6 +923,10 @@ class file_store {
     h.slot = static_cast<std::uint64_t>(it.slot);
     h.payload_crc = payload_crc;
     std::memcpy(block, &h, sizeof h);
+    auto const count = static_cast<std::uint32_t>(it.ids.size());
+    std::memcpy(block + detail::file_identity_offset, &it.parent_key, sizeof it.parent_key);
+    std::memcpy(block + detail::file_identity_offset + 8, &count, sizeof count);
+    if (count > 0) { std::memcpy(block + detail::file_ids_offset, it.ids.data(), count * sizeof(std::int32_t)); }
     h.header_crc = detail::file_header_crc(block);
     std::memcpy(block, &h, sizeof h);
   }
@@ -1172,6 +1211,7 @@ class file_store {
   {
     std::vector<detail::file_record_header> found(static_cast<std::size_t>(capacity()));
     std::vector<char> intact(static_cast<std::size_t>(capacity()), 0);
+    std::vector<recovered_record> identity(static_cast<std::size_t>(capacity()));
     std::int64_t const chunk = runs_max_;
     std::atomic<std::int64_t> remaining{(capacity() + chunk - 1) / chunk};
     std::mutex m;
@@ -1198,6 +1238,19 @@ class file_store {
           if (ok && options_.verify_on_reopen) {
             ok = detail::crc32c(0, buf.staging.data() + detail::file_header_bytes,
                                 static_cast<std::size_t>(page_bytes_)) == h.payload_crc;
+          }
+          if (ok) {  // the header checksum covers the identity
+            auto& r = identity[static_cast<std::size_t>(s)];
+            std::uint32_t count = 0;
+            std::memcpy(&r.parent_key, buf.staging.data() + detail::file_identity_offset, sizeof r.parent_key);
+            std::memcpy(&count, buf.staging.data() + detail::file_identity_offset + 8, sizeof count);
+            ok = std::int64_t(count) <= max_record_ids;
+            if (ok) {
+              r.ids.resize(count);
+              if (count > 0) {
+                std::memcpy(r.ids.data(), buf.staging.data() + detail::file_ids_offset, count * sizeof(std::int32_t));
+              }
+            }
           }
           if (e != 0) {
             std::lock_guard lock{m};
@@ -1234,7 +1287,11 @@ class file_store {
     }
     if (!free_slots.empty()) { slots_.release(free_slots); }
     for (std::int64_t s = 0; s < capacity(); ++s) {
-      if (intact[static_cast<std::size_t>(s)]) { recovered_.push_back({s, found[static_cast<std::size_t>(s)].key}); }
+      if (!intact[static_cast<std::size_t>(s)]) { continue; }
+      auto& r = identity[static_cast<std::size_t>(s)];
+      r.slot = s;
+      r.key = found[static_cast<std::size_t>(s)].key;
+      recovered_.push_back(std::move(r));
     }
     dropped_ = 0;
     for (std::int64_t s = 0; s < capacity(); ++s) {

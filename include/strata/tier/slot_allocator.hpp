@@ -38,7 +38,7 @@ class slot_allocator {
   /// @brief Slots in the store.
   [[nodiscard]] std::int64_t capacity() const noexcept { return static_cast<std::int64_t>(allocated_.size()); }
   /// @brief Slots free now.
-  [[nodiscard]] std::int64_t available() const noexcept { return static_cast<std::int64_t>(free_.size()); }
+  [[nodiscard]] std::int64_t available() const noexcept { return static_cast<std::int64_t>(free_.size()) - claimed_; }
   /// @brief Slots allocated now.
   [[nodiscard]] std::int64_t used() const noexcept { return capacity() - available(); }
   /// @brief Whether `slot` is in range and allocated.
@@ -57,13 +57,43 @@ class slot_allocator {
     STRATA_EXPECTS(n > 0, "slot_allocator: slots asked must be positive, got ", n);
     STRATA_EXPECTS_AS(out_of_memory, n <= available(), "slot_allocator: asked for ", n, " slots, ", available(), " of ",
                       capacity(), " available");
-    std::vector<std::int64_t> out(free_.end() - n, free_.end());
-    free_.erase(free_.end() - n, free_.end());
-    std::reverse(out.begin(), out.end());
-    for (auto s : out) {
+    std::vector<std::int64_t> out;
+    out.reserve(static_cast<std::size_t>(n));
+    while (std::int64_t(out.size()) < n) {
+      std::int64_t const s = free_.back();
+      free_.pop_back();
+      if (allocated_[static_cast<std::size_t>(s)]) {  // claimed while it waited here (`claim`)
+        --claimed_;
+        continue;
+      }
       allocated_[static_cast<std::size_t>(s)] = true;
+      out.push_back(s);
     }
     return out;
+  }
+
+  /**
+   * @brief Allocates these very slots (a store that kept its records across a restart hands them to
+   *        the index that adopts them).
+   * @throw strata::invalid_argument for a slot out of range, allocated, or listed twice; nothing is
+   *        allocated then
+   */
+  void claim(std::span<std::int64_t const> slots)
+  {
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      auto const s = slots[i];
+      bool const in_range = s >= 0 && s < capacity();
+      if (!in_range || allocated_[static_cast<std::size_t>(s)]) {
+        for (std::size_t j = 0; j < i; ++j) {
+          allocated_[static_cast<std::size_t>(slots[j])] = false;
+        }  // undo
+        STRATA_EXPECTS(in_range, "slot_allocator: slot ", s, " out of range [0, ", capacity(), ")");
+        STRATA_EXPECTS(false, "slot_allocator: slot ", s, " is allocated (or listed twice)");
+      }
+      allocated_[static_cast<std::size_t>(s)] = true;
+    }
+    // Its entry in the free stack stays, skipped when it comes up: O(1) per slot.
+    claimed_ += static_cast<std::int64_t>(slots.size());
   }
 
   /**
@@ -92,7 +122,8 @@ class slot_allocator {
 
  private:
   std::vector<bool> allocated_;
-  std::vector<std::int64_t> free_;  // a stack: back() is handed out next
+  std::vector<std::int64_t> free_;  // a stack: back() is handed out next (unless claimed since)
+  std::int64_t claimed_ = 0;        // entries of `free_` whose slot `claim` took
 };
 
 }  // namespace strata
