@@ -695,3 +695,36 @@ TEST_CASE("hiradix_tree: the file write policy copies host pages to the file tie
     tree.check_invariants();
   }
 }
+
+TEST_CASE("hiradix_tree: a node whose only copy is on the device is demoted, whatever the policy", "[cpu][hiradix]")
+{
+  // Under write-through a parent whose backup found no room (the host tier is smaller than the
+  // node) stays on the device only; once its child has gone below the host, the parent may not be
+  // dropped (a node hangs below it): it must be demoted — past the host if the host has no room —
+  // or its device pages stay pinned for good.
+  hiradix_config c = small_config(write_policy::write_through);
+  c.capacity = {8, 1, 8, 0};
+  hiradix_tree tree{c};
+  auto run = [&](std::vector<copy_order> v) {
+    for (auto& o : v) {
+      (void)tree.complete(o.id);
+    }
+  };
+  tokens_t const a = seq(0, 8), ab = seq(0, 12);  // a: 2 pages, b: 1
+  (void)tree.insert(a, ids(0, 2));
+  CHECK(tree.take_copies().empty());  // no room for a's 2 pages on a 1-page host
+  (void)tree.insert(ab, ids(0, 3));
+  run(tree.take_copies());  // b's backup
+  run(tree.evict(tier::device, 1).demotions);
+  run(tree.evict(tier::host, 1).demotions);  // b: on the file tier only now
+  REQUIRE(tree.probe(ab).fastest_tokens[0] == 8);
+  REQUIRE(tree.probe(ab).fastest_tokens[2] == 4);
+  auto r = tree.evict(tier::device, 2);
+  CHECK(r.pages == 2);
+  REQUIRE(r.demotions.size() == 1);
+  CHECK(r.demotions[0].to == tier::file);
+  run(std::move(r.demotions));
+  CHECK(tree.stats().resident_pages[0] == 0);
+  CHECK(tree.probe(ab).fastest_tokens[2] == 12);
+  tree.check_invariants();
+}

@@ -854,9 +854,16 @@ class hiradix_tree {
       std::uint32_t const i = candidates.begin()->second;
       std::int64_t const count = nodes_[i].pages();
       if (auto const below = demotion_target(i, t)) {
-        if (auto to = allocate(*below, count, i)) {
-          set_pages(i, *below, *to);
-          r.demotions.push_back(order(i, t, *below, true));
+        auto to = allocate(*below, count, i);
+        tier into = *below;
+        // A node stuck on the device (its only copy, nodes below it) that finds no room on the
+        // host goes further down rather than stay.
+        for (std::size_t u = std::size_t(into) + 1; !to && stuck_on_device(i, t) && u < tier_count; ++u) {
+          if (has_tier(tier(u))) { to = allocate(into = tier(u), count, i); }
+        }
+        if (to) {
+          set_pages(i, into, *to);
+          r.demotions.push_back(order(i, t, into, true));
           r.pages += count;
           stats_.evicted_pages[std::size_t(t)] += count;
           continue;
@@ -1485,12 +1492,25 @@ class hiradix_tree {
     }
     return false;
   }
+  /// A node whose only copy is on the device while nodes hang below it (a backup that found no
+  /// room, or a selective one not yet due): it may not be dropped, so it is demoted under any write
+  /// policy — keeping it would pin its device pages for good. (A leaf is dropped.)
+  [[nodiscard]] bool stuck_on_device(std::uint32_t i, tier t) const noexcept
+  {
+    node_data const& n = nodes_[i];
+    return t == tier::device && !n.resident[1] && !n.resident[2] && !n.resident[3] && !n.children.empty();
+  }
   /// Where a node leaving tier `t` goes (nothing: it is dropped).
   [[nodiscard]] std::optional<tier> demotion_target(std::uint32_t i, tier t) const noexcept
   {
     node_data const& n = nodes_[i];
     if (t == tier::device) {
       if (config_.policy == write_policy::write_back && has_tier(tier::host) && !n.resident[1]) { return tier::host; }
+      if (stuck_on_device(i, t)) {  // the first tier below that exists
+        for (std::size_t u = 1; u < tier_count; ++u) {
+          if (has_tier(tier(u))) { return tier(u); }
+        }
+      }
       return std::nullopt;
     }
     for (std::size_t u = std::size_t(t) + 1; u < tier_count; ++u) {
