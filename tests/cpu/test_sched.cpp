@@ -4,8 +4,11 @@
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
 
+#include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -26,16 +29,22 @@ std::vector<std::int32_t> pages(std::int32_t first, std::int64_t n)
 
 /// A tree holding page-id sequences, as the simulator's index does (one id per 32-token page).
 struct fixture {
-  cost_model c = costs();
-  hiradix_tree tree{[] {
+  static hiradix_config tree_config(std::int64_t file_pages)
+  {
     hiradix_config h;
     h.page_tokens = 1;
     h.tokens_per_id = 32;
-    h.capacity = {100000, 100000, 0, 0};
+    h.capacity = {100000, 100000, file_pages, 0};
     h.policy = write_policy::write_back;
     h.delay_hit_tokens = 64;
     return h;
-  }()};
+  }
+  fixture() = default;
+  /// With a file tier of `file_pages` pages below the host.
+  explicit fixture(std::int64_t file_pages) : tree{tree_config(file_pages)} {}
+
+  cost_model c = costs();
+  hiradix_tree tree{tree_config(0)};
   std::vector<std::vector<std::int32_t>> token_store;
   std::vector<waiting_request> waiting;
   std::int64_t next_page = 0;
@@ -52,6 +61,16 @@ struct fixture {
       for (auto const& d : e.demotions) {
         (void)tree.complete(d.id);
       }
+    }
+  }
+  /// Moves the `n` least recently used host pages down to the file tier (demotions landed).
+  void to_file(std::int64_t n)
+  {
+    auto const e = tree.evict(tier::host, n);
+    REQUIRE(!e.demotions.empty());
+    for (auto const& d : e.demotions) {
+      REQUIRE(d.to == tier::file);
+      (void)tree.complete(d.id);
     }
   }
   void wait(std::vector<std::int32_t> seq, std::int64_t prompt_tokens, double arrival = 0)
@@ -177,6 +196,151 @@ TEST_CASE("the cost model rejects bad parameters and calibrates from benchmark o
                         c.calibrate_from_csv(path, "staged", 8, 32));
   STRATA_REQUIRE_THROWS(invalid_argument, "cannot read", c.calibrate_from_csv("no/such/file.csv", "x", 8, 32));
   std::remove(path.c_str());
+}
+
+TEST_CASE("the file tier costs its measured read, then the PCIe leg, before the batch computes", "[cpu][sched]")
+{
+  cost_model c = costs();
+  double const page = double(c.page_bytes());
+  // The default is the figure measured on the H200 machine's disk, not the assumed 12 GB/s drive.
+  CHECK(c.io().load_bytes_per_s[2] == 1.92e9);
+  CHECK(c.io().load_bytes_per_s[2] == h200::file_read_bytes_per_s);
+  CHECK(c.write_bytes_per_s(tier::file) == 2.88e9);
+  CHECK(c.io().load_latency_s[2] == 100e-6);
+  // N pages from the file: the read (latency + bytes / 1.92 GB/s), then a host-tier copy over PCIe
+  // (20 us + bytes / 49.4 GB/s); the same pages from the host: the PCIe copy alone.
+  std::int64_t const n = 256;
+  double const read = 100e-6 + n * page / 1.92e9, pcie = 20e-6 + n * page / 49.4e9;
+  CHECK(c.load_s({0, 0, n, 0}) == Catch::Approx(read + pcie));
+  CHECK(c.load_s({0, n, 0, 0}) == Catch::Approx(pcie));
+  CHECK(c.load_s({0, 0, n, 0}) > 10 * c.load_s({0, n, 0, 0}));
+  CHECK(c.load_s({0, n, n, 0}) == Catch::Approx(read + 2 * pcie));  // tiers share the link: times add
+  CHECK(c.record_read_s({0, n, n, 0}) == Catch::Approx(read));
+  CHECK(c.record_read_s({0, n, 0, 0}) == 0);
+  // Engine-thread CPU counts once per byte copied to the device, not for the read as well.
+  io_costs cpu = h200::gpu_assisted_io();
+  cpu.cpu_s_per_byte = 1e-11;
+  CHECK(costs(cpu).load_s({0, 0, n, 0}) == Catch::Approx(read + pcie + n * page * 1e-11));
+  // The read precedes the compute (the executors read records on the calling thread before they
+  // issue the copies); only the PCIe leg pipelines layer by layer.
+  CHECK(c.serial_load_s({0, 0, n, 0}) == Catch::Approx(read));
+  double const load = c.load_s({0, 0, n, 0}), serial = c.serial_load_s({0, 0, n, 0}), compute = 0.5;
+  double const piped = std::max(pcie, compute + pcie * 0.044) + std::min(pcie, compute + pcie * 0.044) / 32;
+  CHECK(c.batch_s(load, compute, serial) == Catch::Approx(read + piped));
+  CHECK(c.batch_s(load, compute, serial) > c.batch_s(load, compute));  // as if the read pipelined
+  CHECK(c.stall_s(load, compute, serial) == Catch::Approx(read + piped - (compute + pcie * 0.044)));
+  CHECK(c.batch_s(0.1, 0.05, 0) == c.batch_s(0.1, 0.05));  // no record reads: as before
+  io_costs overlapped = h200::gpu_assisted_io();
+  overlapped.record_reads_overlap = true;
+  CHECK(costs(overlapped).serial_load_s({0, 0, n, 0}) == 0);
+  CHECK(costs(h200::per_block_dma_io()).batch_s(load, compute, serial) == Catch::Approx(load + compute));
+  // Background copies: demotions into the file at its write rate, prefetches out of it at its read rate.
+  CHECK(c.copy_s(tier::host, tier::file, n) == Catch::Approx(n * page / 2.88e9));
+  CHECK(c.copy_s(tier::file, tier::host, n) == Catch::Approx(n * page / 1.92e9));
+  CHECK(c.copy_s(tier::device, tier::host, n) == Catch::Approx(n * page / 52.4e9));
+  CHECK(c.copy_s(tier::device, tier::file, n) == Catch::Approx(n * page / 52.4e9 + n * page / 2.88e9));
+
+  // The assumed PCIe 5 drive is one call away; bad bandwidths are refused, the model unchanged.
+  c.set_file_tier(h200::pcie5_nvme_bytes_per_s, h200::pcie5_nvme_bytes_per_s);
+  CHECK(c.load_s({0, 0, n, 0}) == Catch::Approx(100e-6 + n * page / 12e9 + pcie));
+  CHECK(c.write_bytes_per_s(tier::file) == 12e9);
+  for (double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    INFO(bad);
+    STRATA_REQUIRE_THROWS(invalid_argument, "cost_model::set_file_tier: the read bandwidth must be a positive, finite",
+                          c.set_file_tier(bad, 1e9));
+    STRATA_REQUIRE_THROWS(invalid_argument, "cost_model::set_file_tier: the write bandwidth must be a positive, finite",
+                          c.set_file_tier(1e9, bad));
+  }
+  CHECK(c.io().load_bytes_per_s[2] == 12e9);
+  CHECK(c.write_bytes_per_s(tier::file) == 12e9);
+  io_costs negative = h200::gpu_assisted_io();
+  negative.store_bytes_per_s[2] = -1;
+  STRATA_REQUIRE_THROWS(invalid_argument, "write bandwidth into the file tier must not be negative", costs(negative));
+}
+
+TEST_CASE("the file tier calibrates from bench_file_store's output", "[cpu][sched]")
+{
+  std::string const path = "strata_test_file_store.txt";
+  auto write = [&](char const* extra) {
+    std::ofstream f{path};
+    f << "Running build/benchmarks/bench_file_store\n"
+         "Benchmark                                        Time             CPU   Iterations UserCounters...\n"
+         "-------------------------------------------------------------------------------------------------\n"
+         "llama3.1-8b-p32/write/min_time:1.000/manual_time  187 ms  74.7 ms  7 GB/s=2.8 MiB=512 vs_seq=1.00\n"
+         "llama3.1-8b-p32/write/min_time:1.000/manual_time  217 ms   104 ms  7 GB/s=2.4 MiB=512 vs_seq=0.96\n"
+         "llama3.1-8b-p32/write/min_time:1.000/manual_time  187 ms  73.8 ms  7 GB/s=3.0 MiB=512 vs_seq=1.02\n"
+         "llama3.1-8b-p32/write/min_time:1.000/manual_time_median 187 ms 74.7 ms 3 GB/s=9.9 MiB=512\n"
+         "llama3.1-8b-p32/read/min_time:1.000/manual_time   297 ms  84.5 ms  4 GB/s=1.8 MiB=512 vs_seq=0.99\n"
+         "llama3.1-8b-p32/read/min_time:1.000/manual_time   278 ms  81.4 ms  4 GB/s=1.9 MiB=512 vs_seq=0.98\n"
+         "llama3.1-8b-p32/read/min_time:1.000/manual_time_mean 285 ms 83.7 ms 3 GB/s=7.7 MiB=512\n"
+         "llama3.1-8b-p32/read(shuffled slots)/min_time:1.000/manual_time 276 ms 83.3 ms 5 GB/s=2.0 MiB=512\n"
+         "llama3.1-8b-p32/read(shuffled slots)/min_time:1.000/manual_time 276 ms 74.9 ms 5 GB/s=2.1 MiB=512\n"
+         "llama3.1-8b-p16/read/min_time:1.000/manual_time   291 ms  89.2 ms  5 GB/s=5.5 MiB=512 vs_seq=0.99\n"
+      << extra;
+  };
+  write("");
+  cost_model c = costs();
+  auto const [read, written] = c.calibrate_file_tier(path, 32);
+  CHECK(read == Catch::Approx(1.95e9));  // median of 1.8, 1.9, 2.0, 2.1: aggregates and 16-token pages left out
+  CHECK(written == Catch::Approx(2.8e9));
+  CHECK(c.io().load_bytes_per_s[2] == Catch::Approx(1.95e9));
+  CHECK(c.write_bytes_per_s(tier::file) == Catch::Approx(2.8e9));
+  CHECK(c.io().load_bytes_per_s[1] == costs().io().load_bytes_per_s[1]);  // the host link: unchanged
+  CHECK(c.calibrate_file_tier(path, 16).first == Catch::Approx(5.5e9));   // no writes: write rate kept
+  CHECK(c.write_bytes_per_s(tier::file) == Catch::Approx(2.8e9));
+  // Bad rows are named; the model is then unchanged.
+  for (char const* row : {"llama3.1-8b-p32/read/min_time:1.000/manual_time 1 ms 1 ms 1 MiB=512\n",
+                          "llama3.1-8b-p32/read/min_time:1.000/manual_time 1 ms 1 ms 1 GB/s=fast MiB=512\n",
+                          "llama3.1-8b-p32/read/min_time:1.000/manual_time 1 ms 1 ms 1 GB/s=-2 MiB=512\n"}) {
+    write(row);
+    cost_model d = costs();
+    STRATA_REQUIRE_THROWS(invalid_argument, path + ":14: no positive GB/s= counter", d.calibrate_file_tier(path, 32));
+    CHECK(d.io().load_bytes_per_s[2] == h200::file_read_bytes_per_s);
+  }
+  write("");
+  STRATA_REQUIRE_THROWS(invalid_argument, "no read runs of p64 records in " + path, c.calibrate_file_tier(path, 64));
+  STRATA_REQUIRE_THROWS(invalid_argument, "cost_model::calibrate_file_tier: cannot read",
+                        c.calibrate_file_tier("no/such/output.txt", 32));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("the scheduler sees a file-tier hit at the file tier's cost", "[cpu][sched]")
+{
+  // Two questions on 800-page documents: one document on the host, the other only in the file tier.
+  fixture f{100000};
+  auto const on_file = pages(1000, 800), on_host = pages(5000, 800);
+  f.cache(on_file, true);
+  f.to_file(800);
+  f.cache(on_host, true);
+  auto q1 = on_file, q2 = on_host;
+  q1.push_back(1);
+  q2.push_back(2);
+  f.wait(q1, 801 * 32);
+  f.wait(q2, 801 * 32);
+  f.wait(pages(9000, 250), 250 * 32);  // a miss: 8,000 tokens to compute, more than the PCIe legs take
+  auto const v = f.view();
+  prefill_item const from_file = size_item(v, 0, 8192), from_host = size_item(v, 1, 8192);
+  CHECK(from_file.load_pages == std::array<std::int64_t, tier_count>{0, 0, 800, 0});
+  CHECK(from_host.load_pages == std::array<std::int64_t, tier_count>{0, 800, 0, 0});
+  double const page = double(f.c.page_bytes());
+  CHECK(item_load_s(v, from_file) == Catch::Approx(100e-6 + 800 * page / 1.92e9 + 20e-6 + 800 * page / 49.4e9));
+  CHECK(item_load_s(v, from_host) == Catch::Approx(20e-6 + 800 * page / 49.4e9));
+  // srpt ranks the file hit last (the most remaining work: 1.8 s of reads), and its plan predicts
+  // the read before the compute.
+  auto const p = srpt{}.schedule(f.view());
+  REQUIRE(p.prefills.size() == 3);
+  CHECK(ids_of(p) == std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}});
+  CHECK(p.predicted_load_s == Catch::Approx(f.c.load_s({0, 800, 800, 0})));
+  CHECK(p.predicted_serial_load_s == Catch::Approx(100e-6 + 800 * page / 1.92e9));
+  // strata's bubbles fill the read as well: the GPU computes nothing while the records are read (the
+  // compute hides the PCIe legs, not the read).
+  auto const b = strata_scheduler{}.schedule(f.view(8192, 4));
+  REQUIRE(b.prefills.size() == 3);
+  CHECK(b.predicted_compute_s > f.c.load_s({0, 800, 0, 0}) * 2);
+  double const step = f.c.decode_s(4, 4 * 60000) * (1 + f.c.io().decode_slowdown);
+  double const stall = f.c.stall_s(b.predicted_load_s, b.predicted_compute_s, b.predicted_serial_load_s);
+  CHECK(stall > f.c.stall_s(b.predicted_load_s, b.predicted_compute_s));
+  CHECK(b.bubble_decode_steps == std::min<std::int64_t>(40, std::int64_t(stall / step)));
 }
 
 TEST_CASE("fifo takes arrival order; longest_prefix the longest cached prefix", "[cpu][sched]")

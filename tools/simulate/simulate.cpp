@@ -6,6 +6,7 @@
 //   simulate --workload short_chat --rate 40 --requests 20000 --strategy all --out results/
 //   simulate --trace requests.jsonl --strategy strata
 //   simulate --sweep --out docs/simulation      the acceptance sweeps (minutes)
+//   simulate --file-sweep --out docs/simulation the file-tier scenario (minutes)
 //   simulate --help
 //
 // A tool, built with the project and never installed: its reports, chart data and progress bar
@@ -36,6 +37,7 @@
 #include <string>
 #include <system_error>
 #include <type_traits>
+#include <unordered_set>
 #include <vector>
 
 using namespace strata;
@@ -51,7 +53,8 @@ constexpr double min_rate = 1e-3, max_rate = 1e6;  // requests/s
 constexpr int max_instances = 1024;
 constexpr std::int64_t max_tokens = strata::sim::max_request_tokens;  // per request (prompt, output) and per batch
 constexpr std::int64_t max_device_pages = std::int64_t{1} << 24;
-constexpr std::int64_t max_host_pages = std::int64_t{1} << 30;
+constexpr std::int64_t max_host_pages = std::int64_t{1} << 30;  // and file tier pages
+constexpr double min_gbps = 1e-3, max_gbps = 1e4;               // file tier bandwidths, GB/s
 constexpr double max_seconds = strata::sim::max_arrival_s;  // trace arrivals and think times (about 32 years)
 }  // namespace limits
 
@@ -87,6 +90,11 @@ struct options {
   bool progress = false;
   std::int64_t budget = 8192;
   std::optional<std::int64_t> device_pages, host_pages;  // unset: the defaults of engine_for
+  std::optional<std::int64_t> file_pages;                // unset: none (the file sweep: 131072)
+  std::optional<double> file_gbps, file_write_gbps;      // unset: h200::file_*_bytes_per_s (measured)
+  std::string file_bench;                                // bench_file_store output to calibrate from
+  std::optional<write_policy> policy;                    // unset: write_through (the file sweep: write_back)
+  bool file_sweep = false;
 };
 
 [[noreturn]] void usage(int code)
@@ -115,17 +123,34 @@ struct options {
       "  --device-pages N                KV pool pages of 32 tokens, 1..%lld (default 12288; 6144 for\n"
       "                                  long_documents)\n"
       "  --host-pages N                  host tier pages, 0 (none)..%lld (default 131072)\n"
+      "  --file-pages N                  file tier (NVMe) pages, 0 (none)..%lld (default 0)\n"
+      "  --file-gbps X                   file tier read bandwidth, GB/s, %g..%g (default %g: file_store measured\n"
+      "                                  on the H200 machine's disk; %g: one PCIe 5 NVMe drive, assumed); its pages\n"
+      "                                  then cross PCIe at the host tier's rate\n"
+      "  --file-write-gbps X             file tier write bandwidth (demotions), GB/s, %g..%g (default %g: measured)\n"
+      "  --file-bench FILE               file tier read and write bandwidth from bench_file_store's output\n"
+      "                                  (medians of its runs of 32-token records) instead of --file-gbps\n"
+      "  --write-policy write_through|write_back   device -> host backups (default write_through;\n"
+      "                                  --file-sweep: write_back)\n"
       "  --out DIR                       per-request CSV, summary.md, chart data ttft_cdf.csv and, with\n"
       "                                  python3 + matplotlib, ttft_cdf.png (created if missing)\n"
       "  --sweep                         acceptance sweeps (50/80/95%% load, 3 seeds, every workload); takes\n"
       "                                  only --out (default sweep/), --budget, --device-pages, --host-pages,\n"
       "                                  and --trace FILE: one more workload, its arrivals scaled to each load\n"
+      "  --file-sweep                    the file-tier scenario: long documents whose working set exceeds the\n"
+      "                                  host tier (--host-pages, default a quarter of it) and a file tier\n"
+      "                                  (--file-pages, default 131072) holds the rest, against host only and\n"
+      "                                  device only; srpt and strata, 3 seeds, 50%% and 80%% load; takes --out\n"
+      "                                  (default sweep/), --requests (default 1200), --budget, --device-pages and\n"
+      "                                  the --file-* options\n"
       "  --progress                      progress bar (on by itself from 20000 requests)\n"
       "exit status: 0 done, 1 failed (files, saturation search), 2 bad option or trace,\n"
       "             3 requests turned away (a prompt larger than the KV pool)\n",
       (long long)limits::max_requests, limits::min_rate, limits::max_rate, limits::max_seconds,
       (long long)limits::max_tokens, limits::max_instances, (long long)limits::max_tokens,
-      (long long)limits::max_device_pages, (long long)limits::max_host_pages);
+      (long long)limits::max_device_pages, (long long)limits::max_host_pages, (long long)limits::max_host_pages,
+      limits::min_gbps, limits::max_gbps, h200::file_read_bytes_per_s / 1e9, h200::pcie5_nvme_bytes_per_s / 1e9,
+      limits::min_gbps, limits::max_gbps, h200::file_write_bytes_per_s / 1e9);
   std::exit(code);
 }
 
@@ -208,6 +233,22 @@ options parse(int argc, char** argv)
       o.device_pages = integer_value<std::int64_t>(a, value(i), 1, limits::max_device_pages);
     } else if (a == "--host-pages") {
       o.host_pages = integer_value<std::int64_t>(a, value(i), 0, limits::max_host_pages);
+    } else if (a == "--file-pages") {
+      o.file_pages = integer_value<std::int64_t>(a, value(i), 0, limits::max_host_pages);
+    } else if (a == "--file-gbps") {
+      o.file_gbps = number_value(a, value(i), limits::min_gbps, limits::max_gbps);
+    } else if (a == "--file-write-gbps") {
+      o.file_write_gbps = number_value(a, value(i), limits::min_gbps, limits::max_gbps);
+    } else if (a == "--file-bench") {
+      o.file_bench = value(i);
+      STRATA_EXPECTS(!o.file_bench.empty(), "--file-bench needs a file, got ''");
+    } else if (a == "--file-sweep") {
+      o.file_sweep = true;
+    } else if (a == "--write-policy") {
+      std::string const v = value(i);
+      STRATA_EXPECTS(v == "write_through" || v == "write_back",
+                     "--write-policy must be write_through or write_back, got '", v, "'");
+      o.policy = v == "write_through" ? write_policy::write_through : write_policy::write_back;
     } else if (a == "--help" || a == "-h") {
       usage(0);
     } else {
@@ -225,15 +266,36 @@ io_costs system_io(std::string const& name)
   throw invalid_argument("strata: unknown transfer system '" + name + "' (gpu_assisted, batched_dma, per_block_dma)");
 }
 
+/// The file tier's bandwidths: --file-bench, else --file-gbps / --file-write-gbps over the measured
+/// defaults of `h200::lower_tiers`.
+/// @throw strata::invalid_argument for a benchmark output that cannot be read or has no read runs
+void set_file_tier(options const& o, cost_model& costs)
+{
+  if (!o.file_bench.empty()) {
+    try {
+      (void)costs.calibrate_file_tier(o.file_bench, costs.page_tokens());
+    } catch (invalid_argument const& e) {
+      throw invalid_argument(std::string{"--file-bench: "} + e.what());
+    }
+  }
+  if (o.file_gbps || o.file_write_gbps) {
+    costs.set_file_tier(o.file_gbps ? *o.file_gbps * 1e9 : costs.io().load_bytes_per_s[std::size_t(tier::file)],
+                        o.file_write_gbps ? *o.file_write_gbps * 1e9 : costs.write_bytes_per_s(tier::file));
+  }
+}
+
 /// The engine: Llama-3.1-8B on one H200 with 512 GiB of pinned host memory (128K pages of 32
 /// tokens); a 48 GiB KV pool (12K pages), or 24 GiB (6K pages: three documents) for long documents,
-/// so that documents outgrow the GPU and come back from the host.
+/// so that documents outgrow the GPU and come back from the host. No file tier unless --file-pages.
 engine_config engine_for(options const& o, io_costs const& io, std::string const& workload = {})
 {
   engine_config c;
   c.costs = h200::costs(models::llama31_8b, io);
+  set_file_tier(o, c.costs);
   c.device_pages = o.device_pages.value_or(workload == "long_documents" ? 6144 : 12288);
   c.host_pages = o.host_pages.value_or(131072);  // 0: no host tier
+  c.file_pages = o.file_pages.value_or(0);
+  c.policy = o.policy.value_or(write_policy::write_through);
   c.token_budget = o.budget;
   return c;
 }
@@ -789,6 +851,156 @@ int run_sweep(options const& o)
   return 0;
 }
 
+/// Distinct pages of every prompt in `w`: its working set, what the tiers would need to keep it all.
+std::int64_t working_set_pages(workload const& w)
+{
+  std::unordered_set<std::int32_t> ids;
+  for (auto const& r : w.requests) {
+    for (auto const id : r.pages()) {
+      ids.insert(id);
+    }
+  }
+  return std::int64_t(ids.size());
+}
+
+/**
+ * The file-tier scenario (issue 12): long documents (the sweep's mix: 40 documents of 20K-100K
+ * tokens) whose working set exceeds the host tier (a quarter of it unless --host-pages), with a
+ * file tier holding the rest; against the same host tier alone, and against no lower tier at all
+ * (every page that leaves the GPU is recomputed). Loads: 50% and 80% of the saturating rate of
+ * longest_prefix with the file tier, per seed; strategies srpt (the strongest baseline) and strata.
+ * Every run is checked: all requests served, every prompt token cached or computed once.
+ */
+int run_file_sweep(options const& o)
+{
+  std::string const dir = o.out.empty() ? "sweep" : o.out;
+  prepare_out(dir);
+  std::int64_t const requests = o.requests.value_or(1200);
+  std::vector<double> const loads{0.5, 0.8};
+  std::vector<std::uint64_t> const seeds{1, 2, 3};
+  std::vector<std::string> const strategies{"srpt", "strata"};
+  engine_config const base = engine_for(o, h200::gpu_assisted_io(), "long_documents");
+  char const* const policy = base.policy == write_policy::write_back ? "write-back" : "write-through";
+  double const file_gbps = base.costs.io().load_bytes_per_s[std::size_t(tier::file)] / 1e9;
+  double const write_gbps = base.costs.write_bytes_per_s(tier::file) / 1e9;
+  char buf[1024];
+  std::snprintf(buf, sizeof buf, "host + file (%.3g GB/s)", file_gbps);
+  std::string const with_file = buf;
+  std::snprintf(buf, sizeof buf, "host + file (%.3g GB/s, assumed PCIe 5 NVMe)", h200::pcie5_nvme_bytes_per_s / 1e9);
+  std::string const with_fast_file = buf;
+  std::string const host_only = "host only", device_only = "device only (recompute what leaves the GPU)";
+  bool const fast_differs = std::abs(file_gbps * 1e9 - h200::pcie5_nvme_bytes_per_s) > 1e6;
+  std::vector<std::string> configs{with_file};
+  if (fast_differs) { configs.push_back(with_fast_file); }
+  configs.push_back(host_only);
+  configs.push_back(device_only);
+
+  std::vector<sweep_row> rows;
+  std::ostringstream notes, problems;
+  auto const t0 = std::chrono::steady_clock::now();
+  for (auto seed : seeds) {
+    auto make = [&](double rate) { return make_workload("long_documents", requests, rate, seed); };
+    std::int64_t const working_set = working_set_pages(make(1.0));
+    engine_config file_config = base;
+    file_config.host_pages = o.host_pages.value_or(working_set / 4);
+    file_config.file_pages = o.file_pages.value_or(131072);
+    auto config_of = [&](std::string const& name) {
+      engine_config c = file_config;
+      if (name == with_fast_file) { c.costs.set_file_tier(h200::pcie5_nvme_bytes_per_s, h200::pcie5_nvme_bytes_per_s); }
+      if (name == host_only || name == device_only) { c.file_pages = 0; }
+      if (name == device_only) { c.host_pages = 0; }
+      return c;
+    };
+    double const saturating = find_saturating_rate(make, file_config, 0.5, "long_documents with a file tier");
+    std::snprintf(buf, sizeof buf,
+                  "- seed %llu: working set %lld pages (%.0f GiB), host tier %lld pages, file tier %lld pages; "
+                  "saturating rate %.3f requests/s\n",
+                  (unsigned long long)seed, (long long)working_set,
+                  double(working_set) * double(base.costs.page_bytes()) / double(1 << 30),
+                  (long long)file_config.host_pages, (long long)file_config.file_pages, saturating);
+    notes << buf;
+    std::fprintf(stderr, "%s", buf);
+    if (file_config.host_pages + file_config.file_pages < working_set) {
+      problems << "- seed " << seed << ": host and file tiers together hold less than the working set\n";
+    }
+    for (double load : loads) {
+      workload const w = make(load * saturating);
+      for (auto const& cname : configs) {
+        engine_config const c = config_of(cname);
+        for (auto const& sname : strategies) {
+          auto const r = run(sname, w, c, {}, 1, o.progress);
+          // The simulator's invariants: every request served, every prompt token cached or computed once.
+          for (auto const& x : r.records) {
+            std::int64_t cached = 0;
+            for (auto t : x.cached_tokens) {
+              cached += t;
+            }
+            if (!x.served() || x.first_token_s < x.arrival_s || cached + x.computed_tokens != x.prompt_tokens) {
+              problems << "- " << cname << ", " << sname << ", seed " << seed << ", load " << load << ": request "
+                       << x.id.value << " served wrong\n";
+            }
+          }
+          sweep_row row{cname, sname, load, seed, summarize(r, sname)};
+          row.s.io_stall_s = 0;
+          for (auto const& k : r.counters) {
+            row.s.io_stall_s += k.record_read_s;  // this table's column: seconds reading file records
+          }
+          rows.push_back(std::move(row));
+          std::fprintf(stderr, "%s, %s, seed %llu, %.0f%%: mean %.3f s, file hits %.3f\n", cname.c_str(), sname.c_str(),
+                       (unsigned long long)seed, load * 100, rows.back().s.ttft_mean,
+                       rows.back().s.hit_rate[std::size_t(tier::file)]);
+        }
+      }
+    }
+  }
+  double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ofstream md{dir + "/file_tier.md"};
+  md << "# File-tier scenario (simulate --file-sweep)\n\nLong documents (" << requests
+     << " requests per seed, 40 documents of 20K-100K tokens, Zipf 0.3, 1.5 questions per visit), Llama-3.1-8B "
+        "on one H200, GPU-assisted I/O, "
+     << policy << " device -> host, a " << base.device_pages << "-page device pool. File tier: reads " << file_gbps
+     << " GB/s, writes " << write_gbps << " GB/s, " << base.costs.io().load_latency_s[std::size_t(tier::file)] * 1e6
+     << " us per load, its pages then over PCIe at the host tier's rate; its reads precede the batch's compute. "
+        "Load: a share of the saturating rate of longest_prefix with the file tier (per seed). Means over seeds 1-3 "
+        "(of each seed's mean and percentiles). Hits: the share of prompt tokens found in each tier (the fastest "
+        "holding them); the rest was computed. File read s: batch time spent reading file records, summed.\n\n"
+     << notes.str()
+     << "\n| load | tiers | strategy | TTFT mean s | p50 | p99 | hits device / host / file | "
+        "computed | file read s |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (double load : loads) {
+    for (auto const& cname : configs) {
+      for (auto const& sname : strategies) {
+        auto at = [&](auto field) { return mean_of(rows, cname, sname, load, field); };
+        auto hit = [&](tier t) { return at([t](summary const& x) { return x.hit_rate[std::size_t(t)]; }); };
+        double const computed = 1 - hit(tier::device) - hit(tier::host) - hit(tier::file);
+        std::snprintf(buf, sizeof buf, "| %.0f%% | %s | %s | %.3f | %.3f | %.2f | %.3f / %.3f / %.3f | %.3f | %.0f |\n",
+                      load * 100, cname.c_str(), sname.c_str(), at(&summary::ttft_mean), at(&summary::ttft_p50),
+                      at(&summary::ttft_p99), hit(tier::device), hit(tier::host), hit(tier::file), computed,
+                      at(&summary::io_stall_s));
+        md << buf;
+        std::printf("%s", buf);
+      }
+    }
+  }
+  md << "\nChecks: "
+     << (problems.str().empty() ? std::string{"every request of every run served, every prompt token "
+                                              "cached or computed once.\n"}
+                                : "\n" + problems.str());
+  std::ofstream csv{dir + "/file_tier.csv"};
+  csv << "tiers,strategy,load,seed,ttft_mean,ttft_p50,ttft_p90,ttft_p99,hit_device,hit_host,hit_file,file_read_s\n";
+  for (auto const& r : rows) {
+    csv << '"' << r.workload << "\"," << r.label << ',' << r.load << ',' << r.seed << ',' << r.s.ttft_mean << ','
+        << r.s.ttft_p50 << ',' << r.s.ttft_p90 << ',' << r.s.ttft_p99 << ',' << r.s.hit_rate[0] << ','
+        << r.s.hit_rate[1] << ',' << r.s.hit_rate[2] << ',' << r.s.io_stall_s << '\n';
+  }
+  std::printf("file sweep: %zu runs in %.0f s; %s/file_tier.md, file_tier.csv\n", rows.size(), seconds, dir.c_str());
+  if (!problems.str().empty()) {
+    std::fprintf(stderr, "simulate: %s", problems.str().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -801,9 +1013,26 @@ int main(int argc, char** argv)
       STRATA_EXPECTS(
           o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
               o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.progress &&
-              o.delay_hits && o.balance && o.bubbles && !o.rate && !o.requests,
+              o.delay_hits && o.balance && o.bubbles && !o.rate && !o.requests && !o.file_sweep && !o.file_pages &&
+              !o.file_gbps && !o.file_write_gbps && o.file_bench.empty() && !o.policy,
           "--sweep takes only --out, --trace (with --trace-pages), --budget, --device-pages and --host-pages");
       return run_sweep(o);
+    }
+    STRATA_EXPECTS(o.file_bench.empty() || (!o.file_gbps && !o.file_write_gbps),
+                   "--file-bench and --file-gbps / --file-write-gbps all set the file tier's bandwidth: give one");
+    if (o.file_sweep) {
+      // The scenario fixes its workload, strategies, loads and seeds.
+      STRATA_EXPECTS(o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
+                         o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.rate &&
+                         o.delay_hits && o.balance && o.bubbles && !o.deadline_slack && !o.prefix_order &&
+                         o.trace.empty(),
+                     "--file-sweep takes only --out, --requests, --budget, --device-pages, --host-pages, "
+                     "--file-pages, --file-gbps, --file-write-gbps, --file-bench, --write-policy and --progress");
+      options f = o;
+      // Write-back: under write-through a device-only prefix whose continuation was demoted below
+      // the host can be neither dropped nor demoted, and the pool fills (index issue, see simulation.md).
+      if (!f.policy) { f.policy = write_policy::write_back; }
+      return run_file_sweep(f);
     }
     STRATA_EXPECTS(o.trace.empty() || (o.workload == defaults.workload && !o.requests && o.seed == defaults.seed),
                    "--trace replays its own requests: --workload, --requests and --seed do not apply");
@@ -840,9 +1069,17 @@ int main(int argc, char** argv)
     std::vector<std::string> const strategies =
         o.strategy == "all" ? std::vector<std::string>(std::begin(strategy_names), std::end(strategy_names))
                             : std::vector<std::string>{o.strategy};
-    std::printf("%s: %zu requests over %.0f s, Llama-3.1-8B on %d H200%s, %s I/O\n\n", w.name.c_str(),
+    std::string file_tier;
+    if (c.file_pages > 0) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, ", file tier %lld pages (reads %.3g GB/s, writes %.3g GB/s)",
+                    (long long)c.file_pages, c.costs.io().load_bytes_per_s[std::size_t(tier::file)] / 1e9,
+                    c.costs.write_bytes_per_s(tier::file) / 1e9);
+      file_tier = buf;
+    }
+    std::printf("%s: %zu requests over %.0f s, Llama-3.1-8B on %d H200%s, %s I/O%s\n\n", w.name.c_str(),
                 w.requests.size(), w.requests.empty() ? 0.0 : w.requests.back().arrival_s, o.instances,
-                o.instances > 1 ? "s" : "", o.system.c_str());
+                o.instances > 1 ? "s" : "", o.system.c_str(), file_tier.c_str());
     std::vector<summary> rows;
     std::vector<series> cdf;
     for (auto const& s : strategies) {

@@ -13,11 +13,15 @@
 #include <strata/geometry.hpp>
 #include <strata/types.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace strata {
 
@@ -34,14 +38,28 @@ struct compute_costs {
   std::int64_t layers = 0;               ///< layers: the granularity of layer-wise load/compute overlap
 };
 
+/// @brief Whether pages of tier `t` are records that reach the device through host memory (the
+///        file and remote tiers: `record_store`s, read into page-first host records, then copied
+///        over PCIe like a host-tier load).
+[[nodiscard]] constexpr bool is_record_tier(tier t) noexcept { return t == tier::file || t == tier::remote; }
+
 /// @brief Costs of moving pages between tiers, as one transfer system does it.
 struct io_costs {
-  /// Sustained bandwidth of loads into the device from each tier (index: `tier`; [device] unused).
+  /// Sustained bandwidth of loads from each tier (index: `tier`; [device] unused). The host tier's
+  /// is the PCIe copy into the device pool; a record tier's (file, remote) is the read of its
+  /// records into host memory alone: `cost_model::load_s` adds the PCIe leg at the host tier's rate.
   std::array<double, tier_count> load_bytes_per_s{};
   /// Bandwidth of device -> host backups (the other direction of the link: no contention with loads).
   double backup_bytes_per_s = 0;
   /// Fixed time per load from each tier (launch, queue, network round trip).
   std::array<double, tier_count> load_latency_s{};
+  /// Bandwidth of writes into each record tier (demotions and backups into file records or the
+  /// remote store; index: `tier`; [device] and [host] unused). 0: the tier's load bandwidth.
+  std::array<double, tier_count> store_bytes_per_s{};
+  /// Whether a batch's reads from record tiers overlap its compute. false: they precede it, as the
+  /// executors do today (`host_executor`, `gpu_executor`: records are read into a host bounce
+  /// buffer on the calling thread, inside `begin_loads`, before the copies to the device are issued).
+  bool record_reads_overlap = false;
   /// Engine-thread CPU seconds per byte loaded that delay the batch (0 with a submit thread).
   double cpu_s_per_byte = 0;
   /// Whether compute on layer l starts as soon as layer l has landed (else after the whole load).
@@ -82,6 +100,8 @@ class cost_model {
       STRATA_EXPECTS(io.load_bytes_per_s[t] > 0, "cost_model: load bandwidth from the ", to_string(tier(t)),
                      " tier must be positive, got ", io.load_bytes_per_s[t]);
       STRATA_EXPECTS(io.load_latency_s[t] >= 0, "cost_model: negative load latency");
+      STRATA_EXPECTS(io.store_bytes_per_s[t] >= 0, "cost_model: write bandwidth into the ", to_string(tier(t)),
+                     " tier must not be negative, got ", io.store_bytes_per_s[t]);
     }
     STRATA_EXPECTS(io.backup_bytes_per_s > 0, "cost_model: backup bandwidth must be positive");
     STRATA_EXPECTS(io.cpu_s_per_byte >= 0 && io.prefill_slowdown >= 0 && io.decode_slowdown >= 0,
@@ -97,8 +117,13 @@ class cost_model {
   /// @brief Tokens per page.
   [[nodiscard]] std::int64_t page_tokens() const noexcept { return page_tokens_; }
 
-  /// @brief Seconds to load `pages[t]` pages from each lower tier t onto the device (they share the
-  ///        link; each tier with pages adds its latency; CPU submission time on the engine thread counts).
+  /**
+   * @brief Seconds to load `pages[t]` pages from each lower tier t onto the device. Each tier with
+   *        pages adds its latency and its bytes over its bandwidth; a record tier's pages (file,
+   *        remote) then cross PCIe from the host bounce buffer as one more host-tier copy (host
+   *        latency and bandwidth). CPU submission time on the engine thread counts once per byte
+   *        copied to the device. All copies share the link: their times add.
+   */
   [[nodiscard]] double load_s(std::array<std::int64_t, tier_count> const& pages) const noexcept
   {
     double s = 0;
@@ -106,7 +131,51 @@ class cost_model {
       if (pages[t] <= 0) { continue; }
       double const bytes = double(pages[t]) * double(page_bytes_);
       s += io_.load_latency_s[t] + bytes / io_.load_bytes_per_s[t] + bytes * io_.cpu_s_per_byte;
+      if (is_record_tier(tier(t))) { s += host_leg_s(bytes); }
     }
+    return s;
+  }
+  /// @brief Of `load_s(pages)`, the seconds spent reading record tiers (file, remote) into host
+  ///        memory: latency plus bytes over the tier's read bandwidth (no PCIe leg).
+  [[nodiscard]] double record_read_s(std::array<std::int64_t, tier_count> const& pages) const noexcept
+  {
+    double s = 0;
+    for (std::size_t t = 1; t < tier_count; ++t) {
+      if (pages[t] <= 0 || !is_record_tier(tier(t))) { continue; }
+      s += io_.load_latency_s[t] + double(pages[t]) * double(page_bytes_) / io_.load_bytes_per_s[t];
+    }
+    return s;
+  }
+  /// @brief Of `load_s(pages)`, the seconds that precede the batch's compute and do not pipeline
+  ///        with it: the record reads unless `io_costs::record_reads_overlap`, else 0. Pass it to
+  ///        `batch_s` and `stall_s`.
+  [[nodiscard]] double serial_load_s(std::array<std::int64_t, tier_count> const& pages) const noexcept
+  {
+    return io_.record_reads_overlap ? 0.0 : record_read_s(pages);
+  }
+  /// @brief Write bandwidth into tier `t` (a record tier's `store_bytes_per_s`, or its load
+  ///        bandwidth where that is 0; the host's is `backup_bytes_per_s`).
+  [[nodiscard]] double write_bytes_per_s(tier t) const noexcept
+  {
+    if (!is_record_tier(t)) { return io_.backup_bytes_per_s; }
+    double const w = io_.store_bytes_per_s[std::size_t(t)];
+    return w > 0 ? w : io_.load_bytes_per_s[std::size_t(t)];
+  }
+  /**
+   * @brief Seconds of a copy of `pages` pages from tier `from` to tier `to` that is not a batch's
+   *        load (a backup, demotion or prefetch, in the background: no latency, no engine CPU):
+   *        the device -> host leg at the backup bandwidth when it leaves the device, the read of
+   *        records when it leaves a record tier, the write of records when it enters one, and the
+   *        host -> device leg when it enters the device.
+   */
+  [[nodiscard]] double copy_s(tier from, tier to, std::int64_t pages) const noexcept
+  {
+    double const bytes = double(pages) * double(page_bytes_);
+    double s = 0;
+    if (from == tier::device) { s += bytes / io_.backup_bytes_per_s; }
+    if (is_record_tier(from)) { s += bytes / io_.load_bytes_per_s[std::size_t(from)]; }
+    if (is_record_tier(to)) { s += bytes / write_bytes_per_s(to); }
+    if (to == tier::device) { s += bytes / io_.load_bytes_per_s[std::size_t(tier::host)]; }
     return s;
   }
   /// @brief Seconds to back `pages` pages up to the host.
@@ -134,20 +203,102 @@ class cost_model {
    * @brief Seconds of a prefill batch that loads for `load` seconds and computes for `compute`:
    *        with layer-wise overlap the two pipeline layer by layer (compute slowed while loads run
    *        beside it), else the load comes first.
+   * @param serial of `load`, the seconds that precede the compute whatever the overlap
+   *        (`serial_load_s`: record reads); clamped to [0, load]
    */
-  [[nodiscard]] double batch_s(double load, double compute) const noexcept
+  [[nodiscard]] double batch_s(double load, double compute, double serial = 0) const noexcept
   {
     if (load <= 0) { return compute; }
     if (!io_.layerwise_overlap) { return load + compute; }
-    double const c = slowed_compute_s(load, compute);
-    return std::max(load, c) + std::min(load, c) / double(compute_.layers);
+    serial = std::clamp(serial, 0.0, load);
+    double const rest = load - serial;
+    double const c = slowed_compute_s(rest, compute);
+    return serial + std::max(rest, c) + std::min(rest, c) / double(compute_.layers);
   }
-  /// @brief Of `batch_s(load, compute)`, the seconds the GPU computes nothing while it waits for
-  ///        loads (not the slowdown of compute beside them): what decode steps may fill.
-  [[nodiscard]] double stall_s(double load, double compute) const noexcept
+  /// @brief Of `batch_s(load, compute, serial)`, the seconds the GPU computes nothing while it
+  ///        waits for loads (not the slowdown of compute beside them): what decode steps may fill.
+  [[nodiscard]] double stall_s(double load, double compute, double serial = 0) const noexcept
   {
     if (load <= 0) { return 0; }
-    return std::max(0.0, batch_s(load, compute) - (io_.layerwise_overlap ? slowed_compute_s(load, compute) : compute));
+    double const rest = load - std::clamp(serial, 0.0, load);
+    return std::max(
+        0.0, batch_s(load, compute, serial) - (io_.layerwise_overlap ? slowed_compute_s(rest, compute) : compute));
+  }
+
+  /**
+   * @brief Sets the file tier's read bandwidth (what `load_s` charges per byte before the PCIe
+   *        leg) and its write bandwidth (demotions into it), in bytes per second; latency unchanged.
+   * @throw strata::invalid_argument unless both are positive and finite; the model is then unchanged
+   */
+  void set_file_tier(double read_bytes_per_s, double write_bytes_per_s)
+  {
+    STRATA_EXPECTS(std::isfinite(read_bytes_per_s) && read_bytes_per_s > 0,
+                   "cost_model::set_file_tier: the read bandwidth must be a positive, finite number of bytes/s, got ",
+                   read_bytes_per_s);
+    STRATA_EXPECTS(std::isfinite(write_bytes_per_s) && write_bytes_per_s > 0,
+                   "cost_model::set_file_tier: the write bandwidth must be a positive, finite number of bytes/s, got ",
+                   write_bytes_per_s);
+    io_.load_bytes_per_s[std::size_t(tier::file)] = read_bytes_per_s;
+    io_.store_bytes_per_s[std::size_t(tier::file)] = write_bytes_per_s;
+  }
+
+  /**
+   * @brief Sets the file tier's read and write bandwidth from the output of `bench_file_store`
+   *        (Google Benchmark's console format, as committed under docs/results/): the median over
+   *        every repetition of the `read` and `read(shuffled slots)` runs of `-p<page_tokens>`
+   *        records, and of their `write` runs (aggregate rows such as `_median` are skipped; the
+   *        write bandwidth is unchanged when the file has no write runs). Each `GB/s=` counter is
+   *        the store's payload rate, checksums and headers included.
+   * @param path the benchmark's output
+   * @param page_tokens selects the records (`llama3.1-8b-p32`: 32)
+   * @return the read and write bandwidth now in the model, bytes per second
+   * @throw strata::invalid_argument when the file cannot be read, a matching row has no readable
+   *        `GB/s=` counter, or no read row matches; the model is then unchanged
+   */
+  std::pair<double, double> calibrate_file_tier(std::string const& path, std::int64_t page_tokens)
+  {
+    std::ifstream in{path};
+    STRATA_EXPECTS(in.good(), "cost_model::calibrate_file_tier: cannot read ", path);
+    std::string const records = "-p" + std::to_string(page_tokens) + "/";
+    std::vector<double> reads, writes;
+    std::string line;
+    for (std::int64_t line_no = 1; std::getline(in, line); ++line_no) {
+      std::istringstream words{line};
+      std::string name;
+      words >> name;
+      std::size_t const at = name.find(records);
+      if (at == std::string::npos) { continue; }
+      std::string const op = name.substr(at + records.size());
+      bool const read = op.rfind("read", 0) == 0, write = op.rfind("write", 0) == 0;
+      bool const aggregate = name.find("_mean") != std::string::npos || name.find("_median") != std::string::npos ||
+                             name.find("_stddev") != std::string::npos || name.find("_cv") != std::string::npos;
+      if ((!read && !write) || aggregate) { continue; }
+      std::size_t const counter = line.find(" GB/s=");
+      double gbps = 0;
+      bool parsed = counter != std::string::npos;
+      if (parsed) {
+        try {
+          std::size_t used = 0;
+          std::string const cell = line.substr(counter + 6, line.find(' ', counter + 6) - (counter + 6));
+          gbps = std::stod(cell, &used);
+          parsed = used == cell.size() && std::isfinite(gbps) && gbps > 0;
+        } catch (std::logic_error const&) {  // std::stod
+          parsed = false;
+        }
+      }
+      STRATA_EXPECTS(parsed, "cost_model::calibrate_file_tier: ", path, ":", line_no,
+                     ": no positive GB/s= counter in '", line, "'");
+      (read ? reads : writes).push_back(gbps * 1e9);
+    }
+    STRATA_EXPECTS(!reads.empty(), "cost_model::calibrate_file_tier: no read runs of ",
+                   records.substr(1, records.size() - 2), " records in ", path);
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      std::size_t const n = v.size();
+      return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    };
+    set_file_tier(median(reads), writes.empty() ? write_bytes_per_s(tier::file) : median(writes));
+    return {io_.load_bytes_per_s[std::size_t(tier::file)], io_.store_bytes_per_s[std::size_t(tier::file)]};
   }
 
   /**
@@ -200,6 +351,12 @@ class cost_model {
   }
 
  private:
+  /// The PCIe leg of a record tier's bytes: from the host bounce buffer into the device pool, one
+  /// more host-tier copy (the engine-thread CPU of those bytes is counted once, by `load_s`).
+  [[nodiscard]] double host_leg_s(double bytes) const noexcept
+  {
+    return io_.load_latency_s[std::size_t(tier::host)] + bytes / io_.load_bytes_per_s[std::size_t(tier::host)];
+  }
   /// Compute time with the part that overlaps loads slowed by `prefill_slowdown`.
   [[nodiscard]] double slowed_compute_s(double load, double compute) const noexcept
   {
@@ -263,13 +420,30 @@ inline compute_costs model_costs(model_shape const& m)
   return c;
 }
 
-/// @brief Tiers below the host, assumed (not measured here): file = NVMe at 12 GB/s and 100 µs;
-///        remote = a 100 Gb/s network store at 10 GB/s and 1 ms per transfer.
+/// @brief File-tier read bandwidth measured on the H200 machine's disk (2026-12-01, `bench_file_store`,
+///        docs/results/2026-12-01-h200/file_store-ee1a499.txt): the median of the six read and
+///        shuffled-read repetitions of Llama-3.1-8B 32-token records through `file_store` (O_DIRECT,
+///        io_uring, CRC-32C), 1.924 GB/s, 0.99 of a plain sequential O_DIRECT read of the same bytes.
+inline constexpr double file_read_bytes_per_s = 1.92e9;
+/// @brief File-tier write bandwidth measured in the same run: median of three, 2.876 GB/s (1.00 of sequential).
+inline constexpr double file_write_bytes_per_s = 2.88e9;
+/// @brief Assumed, not measured here: one PCIe 5.0 x4 NVMe drive, 12 GB/s each way (what the cost
+///        model used before the file tier was measured). `cost_model::set_file_tier` selects it.
+inline constexpr double pcie5_nvme_bytes_per_s = 12e9;
+
+/**
+ * @brief Tiers below the host. File: the measured `file_read_bytes_per_s` and
+ *        `file_write_bytes_per_s` of the H200 machine's disk, 100 µs per load (assumed); its pages
+ *        then cross PCIe at the host tier's rate (`cost_model::load_s`). Remote (assumed, not
+ *        measured): a 100 Gb/s network store at 10 GB/s each way and 1 ms per transfer.
+ */
 inline void lower_tiers(io_costs& io)
 {
-  io.load_bytes_per_s[2] = 12e9;
+  io.load_bytes_per_s[2] = file_read_bytes_per_s;
+  io.store_bytes_per_s[2] = file_write_bytes_per_s;
   io.load_latency_s[2] = 100e-6;
   io.load_bytes_per_s[3] = 10e9;
+  io.store_bytes_per_s[3] = 10e9;
   io.load_latency_s[3] = 1e-3;
 }
 

@@ -69,6 +69,8 @@ struct batch_plan {
   std::vector<deferral> deferred;
   std::int64_t bubble_decode_steps = 0;  ///< decode steps to run while the batch waits for its loads
   double predicted_load_s = 0;           ///< loads of the batch's first chunks
+  /// Of `predicted_load_s`, what precedes the compute (`cost_model::serial_load_s`: record reads)
+  double predicted_serial_load_s = 0;
   double predicted_compute_s = 0;        ///< compute of all its chunks
   std::uint64_t round = 0;                ///< which `cache_controller::schedule` made it (0: none)
   [[nodiscard]] std::int64_t tokens() const noexcept

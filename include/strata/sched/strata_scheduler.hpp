@@ -277,7 +277,8 @@ class strata_scheduler {
     }
     // Bubble filling: decode steps in the batch's stall (the GPU waiting for loads).
     if (options_.bubbles && v.running_sequences > 0 && !plan.prefills.empty()) {
-      double const stall = v.costs->stall_s(plan.predicted_load_s, plan.predicted_compute_s);
+      double const stall =
+          v.costs->stall_s(plan.predicted_load_s, plan.predicted_compute_s, plan.predicted_serial_load_s);
       double const step =
           v.costs->decode_s(v.running_sequences, v.running_context_tokens) * (1 + v.costs->io().decode_slowdown);
       if (stall > 0 && step > 0) {
@@ -394,6 +395,7 @@ class strata_scheduler {
       }
       plan.predicted_compute_s -= item_compute_s(v, it);
       plan.predicted_load_s = v.costs->load_s(loads);
+      plan.predicted_serial_load_s = v.costs->serial_load_s(loads);
       plan.deferred.push_back({it.index, it.id, deferral_reason::balance, {}});
     }
   }

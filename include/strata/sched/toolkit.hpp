@@ -37,7 +37,9 @@ inline std::int64_t cached_tokens_of(scheduler_view const& v, std::size_t i, mat
   return std::min(m.tokens, v.waiting[i].prompt_tokens - 1);
 }
 
-/// @brief Pages match `m` brings onto the device, from the fastest lower tier holding each.
+/// @brief Pages match `m` brings onto the device, from the fastest lower tier holding each: a page
+///        whose fastest copy is in the file tier is costed (`cost_model::load_s`) at the file's
+///        read rate plus the PCIe leg, never at the host's.
 inline std::array<std::int64_t, tier_count> load_pages_of(scheduler_view const& v, match_result const& m)
 {
   std::array<std::int64_t, tier_count> pages{};
@@ -111,6 +113,7 @@ inline void add_item(scheduler_view const& v, batch_plan& plan, prefill_item con
   }
   plan.predicted_compute_s += item_compute_s(v, it);
   plan.predicted_load_s = v.costs->load_s(loads);
+  plan.predicted_serial_load_s = v.costs->serial_load_s(loads);
 }
 
 /**
@@ -144,6 +147,7 @@ inline batch_plan match_plan(scheduler_view const& v, batch_plan plan)
   }
   plan.prefills = std::move(kept);
   plan.predicted_load_s = v.costs->load_s(loads);
+  plan.predicted_serial_load_s = v.costs->serial_load_s(loads);
   return plan;
 }
 

@@ -18,6 +18,7 @@
 #include <strata/sim/workload.hpp>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -94,6 +95,8 @@ struct engine_counters {
   std::int64_t decode_steps = 0;
   std::int64_t bubble_steps = 0;
   std::int64_t loaded_pages = 0;
+  std::array<std::int64_t, tier_count> loaded_from{};  ///< of `loaded_pages`, by the tier they came from
+  double record_read_s = 0;  ///< prefill batch time reading file (and remote) records before compute
   std::int64_t backup_pages = 0;
   std::int64_t rejected = 0;
 };
@@ -264,9 +267,15 @@ class engine {
       compute += config_.costs.prefill_s(item.chunk_tokens, item.context_tokens);
     }
     counters_.loaded_pages += h.loaded_pages[1] + h.loaded_pages[2] + h.loaded_pages[3];
+    for (std::size_t t = 1; t < tier_count; ++t) {
+      counters_.loaded_from[t] += h.loaded_pages[t];
+    }
+    // File pages: read into host records before the batch computes, then over PCIe layer by layer.
     double const load = config_.costs.load_s(h.loaded_pages);
-    double const batch = config_.costs.batch_s(load, compute);
-    double const stall = config_.costs.stall_s(load, compute);
+    double const serial = config_.costs.serial_load_s(h.loaded_pages);
+    double const batch = config_.costs.batch_s(load, compute, serial);
+    double const stall = config_.costs.stall_s(load, compute, serial);
+    counters_.record_read_s += config_.costs.record_read_s(h.loaded_pages);
     // Bubble filling: decode steps in the stall, as many as the plan asked for and fit.
     double used = 0;
     std::int64_t steps = 0;

@@ -17,9 +17,11 @@ namespace strata::sim {
 
 /**
  * @brief A `copy_executor` in virtual time. Loads land when the engine says (`land_at`: the
- *        simulator computes a batch's time from its loads and compute); backups and demotions run
- *        on one link per destination tier, one copy at a time, at the cost model's bandwidths
- *        (device -> host is the other direction of PCIe than loads: it does not slow them).
+ *        simulator computes a batch's time from its loads and compute); backups, demotions and
+ *        prefetches run one at a time on one link per resource, for `cost_model::copy_s`: a copy
+ *        from or into the file (remote) tier on that tier's link, reads and writes alike (one
+ *        disk); device -> host backups on the host's, the other direction of PCIe than loads (it
+ *        does not slow them). A batch's own loads are in its time and occupy no link here.
  */
 class virtual_executor {
  public:
@@ -47,11 +49,11 @@ class virtual_executor {
     if (kind == copy_kind::load) { return h; }
     double end = now_;
     for (auto const& o : orders) {
-      double const bytes = double(o.from_pages.size()) * double(costs_.page_bytes());
-      double const bw =
-          o.to == tier::host ? costs_.io().backup_bytes_per_s : costs_.io().load_bytes_per_s[std::size_t(o.to)];
-      double& link = link_free_[std::size_t(o.to)];
-      link = std::max(now_, link) + bytes / bw;
+      // A copy from or into a record tier queues on that tier's disk (or network), else on its
+      // destination's link: device -> host backups on PCIe's other direction.
+      tier const on = is_record_tier(o.from) ? o.from : o.to;
+      double& link = link_free_[std::size_t(on)];
+      link = std::max(now_, link) + costs_.copy_s(o.from, o.to, std::int64_t(o.from_pages.size()));
       end = std::max(end, link);
       if (o.from == tier::device) { backup_pages_ += std::int64_t(o.from_pages.size()); }
     }
