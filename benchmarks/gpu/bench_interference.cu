@@ -335,11 +335,13 @@ int main(int argc, char** argv)
       options.push_back({"staged", [b](load_plan const& p, cudaStream_t s) { return submit(*b, p, s, completion::whole); }});
     }
     if (partition) {  // green contexts: the relays run in the copy partition (the caller's stream's context)
-      auto b = std::make_shared<staged>();
-      keep.push_back(b);
-      options.push_back({"staged, green contexts",
-                         [b](load_plan const& p, cudaStream_t s) { return submit(*b, p, s, completion::whole); }, 0,
-                         &*partition});
+      for (int target : {0, partition->compute_sms()}) {  // and the GEMMs sized to the SMs left, or not
+        auto b = std::make_shared<staged>();
+        keep.push_back(b);
+        options.push_back({target == 0 ? "staged, green contexts" : "staged, green contexts + SM target",
+                           [b](load_plan const& p, cudaStream_t s) { return submit(*b, p, s, completion::whole); },
+                           target, &*partition});
+      }
     }
     for (double f : {0.25, 0.5, 0.75}) {
       auto b = std::make_shared<split>(split_config{.dma_fraction = f});
