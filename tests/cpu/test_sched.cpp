@@ -318,20 +318,41 @@ TEST_CASE("the scheduler sees a file-tier hit at the file tier's cost", "[cpu][s
   f.wait(q1, 801 * 32);
   f.wait(q2, 801 * 32);
   f.wait(pages(9000, 250), 250 * 32);  // a miss: 8,000 tokens to compute, more than the PCIe legs take
+  double const page = double(f.c.page_bytes());
+  {
+    // At the measured 1.92 GB/s, reading the 800 pages (1.75 s) loses to recomputing their 25,600
+    // tokens (about 0.6 s): the plan recomputes them (`choose_prefix`), and nothing is read.
+    auto const v = f.view();
+    prefill_item const slow = size_item(v, 0, 8192);
+    CHECK(slow.load_pages == std::array<std::int64_t, tier_count>{0, 0, 0, 0});
+    CHECK(slow.cached_tokens == 0);
+    CHECK(slow.prefix_pages == 0);
+    CHECK(choose_prefix(v, 0, f.tree.probe(q1)).prefix_pages == 0);
+    CHECK(remaining_work_s(v, 0, f.tree.probe(q1)) == Catch::Approx(f.c.prefill_s(801 * 32, 0)));
+    auto const p = match_plan(v, [&] {
+      batch_plan b;
+      b.prefills.push_back(slow);
+      return b;
+    }());
+    REQUIRE(p.prefills.size() == 1);
+    CHECK(f.tree.path_length(p.prefills[0].cached_node) == 0);  // the match stopped above the file pages
+  }
+  // A file tier fast enough that reading beats recomputing: the file hit is costed at its rate.
+  f.c.set_file_tier(20e9, 20e9);
   auto const v = f.view();
   prefill_item const from_file = size_item(v, 0, 8192), from_host = size_item(v, 1, 8192);
   CHECK(from_file.load_pages == std::array<std::int64_t, tier_count>{0, 0, 800, 0});
+  CHECK(from_file.prefix_pages == -1);
   CHECK(from_host.load_pages == std::array<std::int64_t, tier_count>{0, 800, 0, 0});
-  double const page = double(f.c.page_bytes());
-  CHECK(item_load_s(v, from_file) == Catch::Approx(100e-6 + 800 * page / 1.92e9 + 20e-6 + 800 * page / 49.4e9));
+  CHECK(item_load_s(v, from_file) == Catch::Approx(100e-6 + 800 * page / 20e9 + 20e-6 + 800 * page / 49.4e9));
   CHECK(item_load_s(v, from_host) == Catch::Approx(20e-6 + 800 * page / 49.4e9));
-  // srpt ranks the file hit last (the most remaining work: 1.8 s of reads), and its plan predicts
+  // srpt ranks the file hit last (the most remaining work: 0.17 s of reads), and its plan predicts
   // the read before the compute.
   auto const p = srpt{}.schedule(f.view());
   REQUIRE(p.prefills.size() == 3);
   CHECK(ids_of(p) == std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}});
   CHECK(p.predicted_load_s == Catch::Approx(f.c.load_s({0, 800, 800, 0})));
-  CHECK(p.predicted_serial_load_s == Catch::Approx(100e-6 + 800 * page / 1.92e9));
+  CHECK(p.predicted_serial_load_s == Catch::Approx(100e-6 + 800 * page / 20e9));
   // strata's bubbles fill the read as well: the GPU computes nothing while the records are read (the
   // compute hides the PCIe legs, not the read).
   auto const b = strata_scheduler{}.schedule(f.view(8192, 4));

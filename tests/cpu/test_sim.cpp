@@ -648,26 +648,34 @@ TEST_CASE("a working set larger than the host tier is served from the file tier 
     return r;
   };
   for (bool const use_strata : {false, true}) {
-    auto const with_file = use_strata ? check(strata_scheduler{}, c) : check(srpt{}, c);
-    summary const s = summarize(with_file);
-    CHECK(s.hit_rate[std::size_t(tier::file)] > 0.1);  // revisits found their document on disk
+    auto run = [&](engine_config const& config) {
+      return use_strata ? check(strata_scheduler{}, config) : check(srpt{}, config);
+    };
+    // A drive fast enough that reading beats recomputing (12 GB/s, PCIe 5 NVMe): revisits find
+    // their document on disk, and the read is charged at the drive's rate.
+    engine_config fast = c;
+    fast.costs.set_file_tier(h200::pcie5_nvme_bytes_per_s, h200::pcie5_nvme_bytes_per_s);
+    auto const with_file = run(fast);
+    summary const f = summarize(with_file);
+    CHECK(f.hit_rate[std::size_t(tier::file)] > 0.1);
     CHECK(with_file.counters[0].loaded_from[std::size_t(tier::file)] > 0);
-    CHECK(with_file.counters[0].record_read_s > 0);
-    // The file tier's read is charged: at 1.92 GB/s it takes this long per page read.
     CHECK(with_file.counters[0].record_read_s >=
-          double(with_file.counters[0].loaded_from[std::size_t(tier::file)]) * double(c.costs.page_bytes()) / 1.92e9);
+          double(with_file.counters[0].loaded_from[std::size_t(tier::file)]) * double(c.costs.page_bytes()) / 12e9);
     // Without the file tier those documents are recomputed.
     engine_config host_only = c;
     host_only.file_pages = 0;
-    summary const h = summarize(use_strata ? check(strata_scheduler{}, host_only) : check(srpt{}, host_only));
+    summary const h = summarize(run(host_only));
     CHECK(h.hit_rate[std::size_t(tier::file)] == 0);
-    CHECK(h.hit_rate[0] + h.hit_rate[1] < s.hit_rate[0] + s.hit_rate[1] + s.hit_rate[2] - 0.1);
-    // The simulator's clock uses the file tier's cost: a faster drive serves the same hits sooner.
-    engine_config fast = c;
-    fast.costs.set_file_tier(h200::pcie5_nvme_bytes_per_s, h200::pcie5_nvme_bytes_per_s);
-    summary const f = summarize(use_strata ? check(strata_scheduler{}, fast) : check(srpt{}, fast));
-    CHECK(f.hit_rate[std::size_t(tier::file)] > 0.1);
-    CHECK(f.ttft_mean < s.ttft_mean);
+    CHECK(h.hit_rate[0] + h.hit_rate[1] < f.hit_rate[0] + f.hit_rate[1] + f.hit_rate[2] - 0.1);
+    // At the measured 1.92 GB/s reading a page costs more than recomputing it at these contexts: the
+    // plans recompute most file hits instead (`choose_prefix`), what they read is charged at 1.92 GB/s,
+    // and the faster drive serves sooner.
+    auto const slow_run = run(c);
+    summary const slow = summarize(slow_run);
+    CHECK(slow.hit_rate[std::size_t(tier::file)] < f.hit_rate[std::size_t(tier::file)] / 2);
+    CHECK(slow_run.counters[0].record_read_s >=
+          double(slow_run.counters[0].loaded_from[std::size_t(tier::file)]) * double(c.costs.page_bytes()) / 1.92e9);
+    CHECK(f.ttft_mean < slow.ttft_mean);
   }
 }
 

@@ -20,6 +20,7 @@
 #include <strata/sim/workload.hpp>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -94,6 +95,7 @@ struct options {
   std::optional<double> file_gbps, file_write_gbps;      // unset: h200::file_*_bytes_per_s (measured)
   std::string file_bench;                                // bench_file_store output to calibrate from
   std::optional<write_policy> policy;                    // unset: write_through (the file sweep: write_back)
+  prefetch_policy prefetch = prefetch_policy::best_effort;
   bool file_sweep = false;
 };
 
@@ -132,6 +134,8 @@ struct options {
       "                                  (medians of its runs of 32-token records) instead of --file-gbps\n"
       "  --write-policy write_through|write_back   device -> host backups (default write_through;\n"
       "                                  --file-sweep: write_back)\n"
+      "  --prefetch off|best_effort|wait_complete|timeout   file -> host prefetch of a prefix at arrival\n"
+      "                                  (default best_effort; timeout: 50 ms of virtual time)\n"
       "  --out DIR                       per-request CSV, summary.md, chart data ttft_cdf.csv and, with\n"
       "                                  python3 + matplotlib, ttft_cdf.png (created if missing)\n"
       "  --sweep                         acceptance sweeps (50/80/95%% load, 3 seeds, every workload); takes\n"
@@ -249,6 +253,12 @@ options parse(int argc, char** argv)
       STRATA_EXPECTS(v == "write_through" || v == "write_back",
                      "--write-policy must be write_through or write_back, got '", v, "'");
       o.policy = v == "write_through" ? write_policy::write_through : write_policy::write_back;
+    } else if (a == "--prefetch") {
+      std::string const v = value(i);
+      constexpr std::array<char const*, 4> names{"off", "best_effort", "wait_complete", "timeout"};
+      auto const it = std::find_if(names.begin(), names.end(), [&](char const* n) { return v == n; });
+      STRATA_EXPECTS(it != names.end(), "--prefetch must be off, best_effort, wait_complete or timeout, got '", v, "'");
+      o.prefetch = prefetch_policy(it - names.begin());
     } else if (a == "--help" || a == "-h") {
       usage(0);
     } else {
@@ -296,6 +306,7 @@ engine_config engine_for(options const& o, io_costs const& io, std::string const
   c.host_pages = o.host_pages.value_or(131072);  // 0: no host tier
   c.file_pages = o.file_pages.value_or(0);
   c.policy = o.policy.value_or(write_policy::write_through);
+  c.prefetch = o.prefetch;
   c.token_budget = o.budget;
   return c;
 }
@@ -1027,11 +1038,9 @@ int main(int argc, char** argv)
                          o.delay_hits && o.balance && o.bubbles && !o.deadline_slack && !o.prefix_order &&
                          o.trace.empty(),
                      "--file-sweep takes only --out, --requests, --budget, --device-pages, --host-pages, "
-                     "--file-pages, --file-gbps, --file-write-gbps, --file-bench, --write-policy and --progress");
+                     "--file-pages, --file-gbps, --file-write-gbps, --file-bench, --write-policy, --prefetch and --progress");
       options f = o;
-      // Write-back: under write-through a device-only prefix whose continuation was demoted below
-      // the host can be neither dropped nor demoted, and the pool fills (index issue, see simulation.md).
-      if (!f.policy) { f.policy = write_policy::write_back; }
+      if (!f.policy) { f.policy = write_policy::write_back; }  // the file tier holds what the host lets go
       return run_file_sweep(f);
     }
     STRATA_EXPECTS(o.trace.empty() || (o.workload == defaults.workload && !o.requests && o.seed == defaults.seed),

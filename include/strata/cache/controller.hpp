@@ -796,9 +796,15 @@ class cache_controller {
     auto pages = allocate(first_chunk_pages(s.prompt_tokens, s.max_new_tokens, cached, to_load, page_tokens()));
     submit_queued(stream);
     if (!pages) { return false; }
-    if (scheduler_.uses_transient_nodes() && s.transient_pages == 0) {  // computes what no mark covers
-      for (auto k : keys) {
-        if (unmarked_computing_.emplace(k, w.id).second) { s.computing_keys.push_back(k); }
+    if (scheduler_.uses_transient_nodes()) {
+      // Pages it computes that no mark covers: all of them when it could not mark, and the cached
+      // pages below its prefix that the plan chose to recompute (`prefill_item::prefix_pages`: a
+      // slow tier), so that a request extending them waits instead of computing them too.
+      std::size_t const unmarked =
+          s.transient_pages == 0 ? keys.size()
+                                 : std::size_t(std::max<std::int64_t>(0, tree_.probe(s.tokens).tokens / page_tokens() - cached));
+      for (std::size_t k = 0; k < std::min(unmarked, keys.size()); ++k) {
+        if (unmarked_computing_.emplace(keys[k], w.id).second) { s.computing_keys.push_back(keys[k]); }
       }
     }
     started_request st{w.id, {}};
@@ -861,7 +867,8 @@ class cache_controller {
   {
     if (options_.prefetch == prefetch_policy::off || !tree_.has_tier(tier::host)) { return; }
     match_result const m = tree_.probe(s.tokens);
-    if (m.fastest_tokens[std::size_t(tier::file)] + m.fastest_tokens[std::size_t(tier::remote)] == 0) { return; }
+    std::int64_t const below = m.fastest_tokens[std::size_t(tier::file)] + m.fastest_tokens[std::size_t(tier::remote)];
+    if (below == 0 || !worth_reading(m, s.prompt_tokens)) { return; }
     std::vector<copy_order> orders = tree_.prefetch(m.node);
     (void)tree_.take_internal_evictions();  // host and file slots: the index's own
     std::int64_t got = 0;
@@ -886,6 +893,20 @@ class cache_controller {
       }
     }
     submit_queued(stream);  // demotions that made room on the host
+  }
+
+  /// Whether reading the part of `m` that lies below the host is predicted faster than computing it
+  /// (the cost model; a slow disk can lose to recompute): else it is not prefetched, and the
+  /// scheduler's `choose_prefix` recomputes it too.
+  [[nodiscard]] bool worth_reading(match_result const& m, std::int64_t prompt_tokens) const
+  {
+    std::array<std::int64_t, tier_count> pages{};
+    for (std::size_t t = 2; t < tier_count; ++t) {
+      pages[t] = m.fastest_tokens[t] / page_tokens();
+    }
+    std::int64_t const upper = std::min(m.upper_prefix_tokens, prompt_tokens - 1);
+    std::int64_t const below = std::min(m.tokens, prompt_tokens - 1) - upper;
+    return below > 0 && options_.costs.load_s(pages) < options_.costs.prefill_s(below, upper);
   }
 
   /// Under `wait_complete` / `timeout`: settles the prefetches that landed, and lists in `shown` the

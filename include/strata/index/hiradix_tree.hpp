@@ -68,6 +68,9 @@ struct match_result {
   /// Of those, tokens resident in each tier (a page may be resident in several).
   std::array<std::int64_t, tier_count> tier_tokens{};
   std::int64_t device_prefix_tokens{};  ///< leading tokens resident on the device (no load needed)
+  /// Leading tokens resident on the device or the host: the part of the prefix a load brings
+  /// without reading a record store (file, remote).
+  std::int64_t upper_prefix_tokens{};
   /// Of `tokens`, those whose fastest tier is each tier: [device] need no load, the others are
   /// what loading the prefix onto the device moves from each tier.
   std::array<std::int64_t, tier_count> fastest_tokens{};
@@ -1619,6 +1622,11 @@ class hiradix_tree {
     for (std::size_t u = 0; u < tier_count; ++u) {
       r.tier_tokens[u] += c.resident[u] ? t : 0;
     }
+    std::int64_t walked = 0;  // tokens before this node
+    for (auto f : r.fastest_tokens) {
+      walked += f;
+    }
+    if (r.upper_prefix_tokens == walked && (c.resident[0] || c.resident[1])) { r.upper_prefix_tokens += t; }
     device_run = device_run && c.resident[0];
     if (device_run) { r.device_prefix_tokens += t; }
     r.fastest_tokens[fastest_tier(c)] += t;

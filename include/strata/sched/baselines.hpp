@@ -106,9 +106,7 @@ struct srpt {
   {
     waiting_request const& r = v.waiting[i];
     if (r.started) { return v.costs->prefill_s(r.prompt_tokens - r.prefilled_tokens, r.prefilled_tokens); }
-    match_result const m = v.tree->probe(r.tokens);
-    std::int64_t const cached = cached_tokens_of(v, i, m);
-    return v.costs->load_s(load_pages_of(v, m)) + v.costs->prefill_s(r.prompt_tokens - cached, cached);
+    return remaining_work_s(v, i, v.tree->probe(r.tokens));
   }
   /// @brief Waiting requests by predicted remaining work, under the budget and the device memory.
   [[nodiscard]] batch_plan schedule(scheduler_view const& v) const

@@ -53,6 +53,10 @@ struct prefill_item {
   bool first_chunk = false;                           ///< its loads run now
   bool last_chunk = false;                            ///< its first token comes out of this batch
   node_ref cached_node{};  ///< deepest cached node (first chunk), ending where the prefix ends: set by the final match
+  /// First chunk: the whole pages of the prompt its cached prefix is taken from (-1: all). Fewer
+  /// when recomputing the part cached only in record tiers (file, remote) is predicted faster than
+  /// reading it (`choose_prefix`); those pages are computed, and cached on the device afterwards.
+  std::int64_t prefix_pages = -1;
 };
 
 /// @brief A request passed over.

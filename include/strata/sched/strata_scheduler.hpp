@@ -297,10 +297,8 @@ class strata_scheduler {
   {
     waiting_request const& r = v.waiting[i];
     if (r.started) { return v.costs->prefill_s(r.prompt_tokens - r.prefilled_tokens, r.prefilled_tokens); }
-    std::int64_t cached = cached_tokens_of(v, i, m);
-    if (m.delay_hit && m.transient_owner != r.id) {
-      cached = std::min(r.prompt_tokens - 1, cached + m.transient_tokens);
-    }
+    if (!m.delay_hit || m.transient_owner == r.id) { return remaining_work_s(v, i, m); }
+    std::int64_t const cached = std::min(r.prompt_tokens - 1, cached_tokens_of(v, i, m) + m.transient_tokens);
     return v.costs->load_s(load_pages_of(v, m)) + v.costs->prefill_s(r.prompt_tokens - cached, cached);
   }
 

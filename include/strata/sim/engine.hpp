@@ -45,6 +45,9 @@ struct engine_config {
   /// After each prefill batch, one decode step of the running requests (false: a decode step only
   /// when no prefill batch can be formed, as SGLang's scheduler does).
   bool decode_after_prefill = false;
+  /// Prefix prefetch from the file (remote) tier to the host at arrival (`controller_options::prefetch`).
+  prefetch_policy prefetch = prefetch_policy::best_effort;
+  double prefetch_timeout_s = 0.05;  ///< virtual seconds, for `prefetch_policy::timeout`
 
   /// @throw strata::invalid_argument for an empty (default) cost model, a device pool of no pages,
   ///        negative tiers, or a non-positive budget
@@ -222,10 +225,13 @@ class engine {
     return virtual_tiers{virtual_pool<tier::device>{g, c.device_pages}, virtual_pool<tier::host>{g, c.host_pages},
                          virtual_pool<tier::file>{g, c.file_pages}, virtual_pool<tier::remote>{g, c.remote_pages}};
   }
-  static controller_options options(engine_config const& c)
+  controller_options options(engine_config const& c)
   {
     controller_options o;
     o.policy = c.policy;
+    o.prefetch = c.prefetch;
+    o.prefetch_timeout_s = c.prefetch_timeout_s;
+    o.clock = [this] { return now_; };  // virtual time
     o.delay_hit_tokens = c.delay_hit_tokens;
     o.costs = c.costs;
     o.page_ids = true;  // the index holds one id per page
