@@ -354,6 +354,7 @@ struct engine_run {
       if constexpr (deferred) { cache.executor().land(*h.transfer, rng, 12); }
       {
         if (cache.executor().status(*h.transfer) == copy_status::failed) {
+          if constexpr (std::is_same_v<typename Policies::executor, host_executor>) { CHECK_FALSE(wait_layer(h, 0)); }
           CHECK(cache.complete(h));  // a clean miss: every started request waits again
           for (auto const& s : h.started) {
             live.at(s.id.value).prefilled = false;
@@ -525,6 +526,8 @@ TEST_CASE("controller: a cached prefix comes back bit-exact through the host tie
   CHECK(h.started[0].cached_pages[1] == 6);
   CHECK(h.loaded_pages[1] == 6);
   CHECK(h.has_loads());
+  CHECK(wait_layer(h, geo.layers - 1));  // the CPU's copies landed already
+  CHECK_THROWS_AS(wait_layer(h, -1), invalid_argument);
   e.verify(2, 6);
   CHECK(e.cache.complete(h));
   auto const s = e.cache.stats();

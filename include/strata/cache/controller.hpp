@@ -146,6 +146,21 @@ struct load_handle {
   [[nodiscard]] bool has_loads() const noexcept { return transfer.has_value(); }
 };
 
+/**
+ * @brief The CPU engine's counterpart of the GPU `wait_layer` (`cache/gpu_executor.cuh`), so that
+ *        engine code reads alike on both: `host_executor` copies at once, so nothing is left to
+ *        wait for. @return false when the batch's loads, or an earlier batch's it reads, failed (call
+ *        `complete`/`poll`: the controller sends the requests back to wait)
+ * @throw strata::invalid_argument for a negative layer
+ */
+inline bool wait_layer(load_handle<host_executor::handle_type> const& loads, std::int64_t layer,
+                       host_executor::stream_type = {})
+{
+  STRATA_EXPECTS(layer >= 0, "wait_layer: layer must not be negative, got ", layer);
+  auto const ok = [](host_executor::handle_type const& h) { return !h.failed; };
+  return std::all_of(loads.after.begin(), loads.after.end(), ok) && (!loads.transfer || ok(*loads.transfer));
+}
+
 /// @brief What `finish_prefill` found.
 /// @tparam Handle the executor's handle type
 template <class Handle>
@@ -671,6 +686,8 @@ class cache_controller {
 
   /// @brief The tiers.
   [[nodiscard]] tiers_type& tiers() noexcept { return tiers_; }
+  /// @brief The tiers.
+  [[nodiscard]] tiers_type const& tiers() const noexcept { return tiers_; }
   /// @brief The executor (the simulator advances its clock).
   [[nodiscard]] executor_type& executor() noexcept { return executor_; }
   /// @brief The executor.
