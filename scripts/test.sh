@@ -5,6 +5,10 @@
 #                   parts too when nvcc is found. ctest runs all tests; [gpu] tests skip without a GPU.
 #   2. build-asan/  host-only, with AddressSanitizer and UndefinedBehaviorSanitizer: the [cpu] tests.
 #   3. build-tsan/  host-only, with ThreadSanitizer: the cache controller's tests (a polling thread).
+#   4. the Python package (python/, scripts/test_python.sh): built, installed with pip, its pytest
+#      suite and example; PyTorch and transformers are not installed for it here (set
+#      STRATA_PYTHON_TORCH=1 to install them and run the transformers tests too; STRATA_SKIP_PYTHON=1
+#      skips the step).
 #
 # Extra arguments go to both ctest runs (e.g. -R host_copy).
 set -euo pipefail
@@ -27,3 +31,8 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_ENABLE_CUDA=
   -DSTRATA_BUILD_BENCHMARKS=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_BUILD_TOOLS=OFF
 cmake --build build-tsan -j "$jobs" --target test_controller
 ctest --test-dir build-tsan --output-on-failure -R '^test_controller$'
+
+# 4. The Python binding.
+if [ "${STRATA_SKIP_PYTHON:-0}" != 1 ]; then
+  STRATA_PYTHON_TORCH=${STRATA_PYTHON_TORCH:-0} scripts/test_python.sh
+fi

@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: Apache-2.0
+"""strata: hierarchical KV caching for LLM serving.
+
+The names are the C++ library's (``strata::kv_geometry`` is ``strata.kv_geometry``); docs/python.md
+maps the API. Arrays cross through DLPack (NumPy, PyTorch, CuPy); streams are integers
+(``torch.cuda.current_stream().cuda_stream``). Errors: ``strata.InvalidArgument`` (also a
+``ValueError``) for rejected input, ``strata.Error`` (a ``RuntimeError``) for the rest.
+"""
+
+from . import _strata
+from . import models
+from ._strata import (
+    CudaError,
+    Error,
+    InvalidArgument,
+    OutOfMemory,
+    __version__,
+    adopt_result,
+    batch_plan,
+    cache_controller,
+    cache_stats,
+    controller_options,
+    copy_order,
+    copy_plan,
+    cuda_built,
+    cuda_device_count,
+    deferral,
+    deferral_reason,
+    discard_result,
+    eviction_result,
+    executor_stats,
+    file_store,
+    file_store_options,
+    hf_layout,
+    hiradix_config,
+    hiradix_stats,
+    hiradix_tree,
+    host_controller,
+    host_copy,
+    insert_result,
+    kv_geometry,
+    layer_first,
+    layer_first_table,
+    layout_order,
+    load_handle,
+    match_result,
+    mla_layout,
+    model_shape,
+    node_ref,
+    page_first,
+    prefetch_policy,
+    prefill_item,
+    prefill_result,
+    recovered_record,
+    schedule_budget,
+    sglang_layout,
+    started_request,
+    tier,
+    transient_state,
+    vllm_layout,
+    write_policy,
+)
+
+if cuda_built:
+    from ._strata import gpu_controller
+else:
+
+    def gpu_controller(*args, **kwargs):  # noqa: D401 - same signature as the CUDA build's
+        """Not available: this build of strata has no CUDA parts (STRATA_PYTHON_CUDA=OFF)."""
+        raise Error("strata was built without CUDA: gpu_controller is not available")
+
+
+def _file_store_open(geometry, pages, options):
+    """Reopens a store's files and recovers their intact records (``file_store::open``)."""
+    options.reopen = True
+    return file_store(geometry, pages, options)
+
+
+file_store.open = staticmethod(_file_store_open)
+
+
+def gpu_available() -> bool:
+    """True when this build has the CUDA parts and a CUDA device is visible."""
+    return bool(cuda_built) and cuda_device_count() > 0
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]

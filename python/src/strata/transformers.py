@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Hugging Face transformers on strata: a cached prefix reused by ``model.generate`` unchanged.
+
+``StrataKVPool`` is a paged KV pool in strata's SGLang-like layout (per layer one K and one V tensor
+``[pages * page_tokens, kv_heads, head_dim]``) with a cache controller over it: the CPU controller
+for CPU tensors, the GPU one (``gpu_policies``) for CUDA tensors. ``cache_for(tokens)`` submits a
+request, runs the controller's plan (the cached prefix's pages are locked, or loaded from the host
+or file tier) and returns a ``StrataCache``: a ``DynamicCache`` whose layers start with the cached
+prefix. Each layer fetches its prefix the first time the model updates that layer, after waiting
+for that layer's load only (``wait_layer`` on the current stream), so layer 0 computes while later
+layers still load. ``commit(cache)`` writes the pages the model computed into the pool and hands
+them to the index (``finish_prefill``, backups per write policy, ``release``).
+
+    pool = StrataKVPool(model.config, device_pages=4096, host_pages=65536, page_tokens=32)
+    cache = pool.cache_for(input_ids, max_new_tokens=32)
+    out = model.generate(input_ids, past_key_values=cache, max_new_tokens=32, do_sample=False)
+    pool.commit(cache)
+
+One sequence at a time (batch 1): the pool is the engine, ``generate`` the model.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+from . import _strata as _s
+
+__all__ = ["StrataKVPool", "StrataCache"]
+
+
+def _shape_of(config):
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    return text.num_hidden_layers, kv_heads, head_dim
+
+
+def _tokens(input_ids):
+    if isinstance(input_ids, torch.Tensor):
+        t = input_ids.detach()
+        if t.dim() == 2:
+            if t.shape[0] != 1:
+                raise ValueError(f"StrataKVPool serves one sequence at a time, got a batch of {t.shape[0]}")
+            t = t[0]
+        if t.dim() != 1:
+            raise ValueError(f"expected token ids of shape [n] or [1, n], got {tuple(input_ids.shape)}")
+        return [int(x) for x in t.cpu().tolist()]
+    return [int(x) for x in input_ids]
+
+
+class _StrataLayer(DynamicLayer):
+    """A DynamicLayer that starts with the cached prefix: it reports the prefix's length before it
+    is materialised and fetches it (waiting for its own layer's load) at its first update."""
+
+    def __init__(self, owner: "StrataCache", layer: int):
+        super().__init__()
+        self._owner = owner
+        self._layer = layer
+        self._fetched = False
+
+    def get_seq_length(self) -> int:
+        if not self._fetched:
+            return self._owner.prefix_tokens
+        return super().get_seq_length()
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self._fetched:
+            self._fetch(key_states, value_states)
+        return super().update(key_states, value_states, *args, **kwargs)
+
+    def _fetch(self, key_states, value_states):
+        self._fetched = True
+        self.lazy_initialization(key_states, value_states)
+        n = self._owner.prefix_tokens
+        if n == 0:
+            return
+        k, v = self._owner._pool._gather(self._owner, self._layer, n)
+        self.keys, self.values = k.to(key_states.dtype), v.to(value_states.dtype)
+
+
+class StrataCache(DynamicCache):
+    """The cache of one request, made by ``StrataKVPool.cache_for``; pass it as ``past_key_values``.
+
+    Attributes: ``id`` (the controller's request id), ``tokens`` (the prompt), ``prefix_tokens``
+    (tokens served from strata), ``cached_pages`` (pages found cached, per tier: device, host, file,
+    remote), ``page_table`` (the request's pool pages)."""
+
+    def __init__(self, pool: "StrataKVPool", rid: int, tokens, item, loads, table, cached_pages):
+        Cache.__init__(self, layers=[_StrataLayer(self, i) for i in range(pool.geometry.layers)])
+        self._pool = pool
+        self.id = rid
+        self.tokens = list(tokens)
+        self.prefix_tokens = int(item.context_tokens)
+        self.cached_pages = list(cached_pages)
+        self.page_table = list(table)
+        self.loads = loads
+        self.committed = False
+
+    def __repr__(self):
+        return f"StrataCache(id={self.id}, prefix_tokens={self.prefix_tokens}, cached_pages={self.cached_pages})"
+
+
+class StrataKVPool:
+    """A paged KV pool for a Hugging Face model, with strata's tiers behind it.
+
+    Args:
+        config: the model's config (``num_hidden_layers``, ``num_key_value_heads``, ``head_dim``).
+        device_pages: pages of the pool (on ``device``).
+        host_pages: pages of the host tier (pinned when the pool is on a GPU).
+        page_tokens: tokens per page.
+        dtype: element type of the pool (default: ``config.torch_dtype`` or float32).
+        device: where the pool lives (``"cpu"`` or a CUDA device).
+        options: ``strata.controller_options``.
+        file_store: a ``strata.file_store`` below the host tier (kept alive by the pool).
+        **gpu: keyword arguments of ``strata.gpu_controller`` (``force``, ``staged_loads``, ...).
+    """
+
+    def __init__(self, config, device_pages: int, host_pages: int, page_tokens: int = 16, dtype=None,
+                 device="cpu", options=None, file_store=None, **gpu):
+        layers, kv_heads, head_dim = _shape_of(config)
+        if dtype is None:
+            dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
+            if isinstance(dtype, str):
+                dtype = getattr(torch, dtype)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        elem = torch.empty((), dtype=dtype).element_size()
+        self.geometry = _s.kv_geometry(layers, page_tokens, kv_heads, head_dim, elem, 2)
+        rows = device_pages * page_tokens
+        self.k = [torch.zeros(rows, kv_heads, head_dim, dtype=dtype, device=self.device) for _ in range(layers)]
+        self.v = [torch.zeros(rows, kv_heads, head_dim, dtype=dtype, device=self.device) for _ in range(layers)]
+        layout = _s.sglang_layout(self.k, self.v, self.geometry)
+        if self.device.type == "cuda":
+            self.controller = _s.gpu_controller(layout, host_pages, options=options, file_store=file_store, **gpu)
+        else:
+            if gpu:
+                raise TypeError(f"GPU options {sorted(gpu)} need a CUDA pool")
+            self.controller = _s.host_controller(layout, host_pages, options=options, file_store=file_store)
+        self._next_id = 1
+        self.waits: list[int] = []  # layers waited for, in order (what the per-layer overlap relies on)
+
+    # --- the stream strata orders its copies after ------------------------------------------------
+    def _stream(self) -> int:
+        if self.device.type == "cuda":
+            return int(torch.cuda.current_stream(self.device).cuda_stream)
+        return 0
+
+    def cache_for(self, input_ids, max_new_tokens: int = 1, rid: int | None = None) -> StrataCache:
+        """Submits the prompt, starts it (locks its cached prefix, submits its loads) and returns its
+        cache. ``input_ids``: ``[n]`` or ``[1, n]`` token ids (a tensor or a list)."""
+        tokens = _tokens(input_ids)
+        if rid is None:
+            rid = self._next_id
+            self._next_id += 1
+        c = self.controller
+        stream = self._stream()
+        c.submit(rid, tokens, max_new_tokens=max_new_tokens, stream=stream)
+        for _ in range(8):
+            plan = c.schedule(tokens=max(len(tokens), 1))
+            loads = c.begin_loads(plan, stream)
+            mine = [it for it in loads.ran if it.id == rid]
+            others = [it.id for it in loads.ran if it.id != rid]
+            if others:
+                raise _s.Error(f"StrataKVPool: requests {others} of another user ran in this pool's batch")
+            if mine:
+                item = mine[0]
+                if not (item.first_chunk and item.last_chunk):
+                    raise _s.Error("StrataKVPool: the prompt was split into chunks")
+                started = next(s for s in loads.started if s.id == rid)
+                return StrataCache(self, rid, tokens, item, loads, c.page_table(rid), started.cached_pages)
+            c.complete(loads)
+            c.poll(stream)
+        c.release(rid)
+        raise _s.Error(f"StrataKVPool: request {rid} could not start (no device pages for it?)")
+
+    def _gather(self, cache: StrataCache, layer: int, n: int):
+        """Layer ``layer``'s first ``n`` tokens of the request, as ``[1, kv_heads, n, head_dim]``,
+        once that layer's load has landed."""
+        if not self.controller.wait_layer(cache.loads, layer, self._stream()):
+            raise _s.Error(f"StrataKVPool: the load of request {cache.id} failed (layer {layer})")
+        self.waits.append(layer)
+        pt = self.geometry.page_tokens
+        pages = torch.tensor(cache.page_table[: (n + pt - 1) // pt], dtype=torch.long, device=self.device)
+        out = []
+        for pool in (self.k[layer], self.v[layer]):
+            paged = pool.view(-1, pt, pool.shape[1], pool.shape[2])
+            rows = paged.index_select(0, pages).reshape(-1, pool.shape[1], pool.shape[2])[:n]
+            out.append(rows.permute(1, 0, 2).unsqueeze(0).contiguous())
+        return out[0], out[1]
+
+    def _scatter(self, cache: StrataCache, table, first_page: int, end_page: int):
+        """Writes pages [first_page, end_page) of the sequence from the cache's tensors into the pool."""
+        if end_page <= first_page:
+            return
+        pt = self.geometry.page_tokens
+        pages = torch.tensor(table[first_page:end_page], dtype=torch.long, device=self.device)
+        for layer, state in enumerate(cache.layers):
+            for pool, t in ((self.k[layer], state.keys), (self.v[layer], state.values)):
+                rows = t[0, :, first_page * pt:end_page * pt, :].permute(1, 0, 2)  # [tokens, heads, dim]
+                paged = pool.view(-1, pt, pool.shape[1], pool.shape[2])
+                paged.index_copy_(0, pages, rows.reshape(-1, pt, pool.shape[1], pool.shape[2]).to(pool.dtype))
+
+    def commit(self, cache: StrataCache, output_ids=None, keep_output: bool = False) -> None:
+        """The request is done: the prompt pages the model computed enter the pool and the index
+        (backed up per the write policy), and the request's pages are released. With ``keep_output``
+        (and ``output_ids``: the full sequence ``generate`` returned, or the tokens after the prompt),
+        the answer's whole pages are cached too, for a later turn."""
+        if cache.committed:
+            raise _s.Error(f"StrataKVPool: request {cache.id} was committed already")
+        c = self.controller
+        stream = self._stream()
+        pt = self.geometry.page_tokens
+        have = cache.get_seq_length()  # tokens whose KV the model holds
+        if have < len(cache.tokens) - 1:
+            raise _s.Error(f"StrataKVPool: the cache holds {have} tokens, the prompt has {len(cache.tokens)}: "
+                           "run the model on it before commit")
+        cached_pages = sum(cache.cached_pages)
+        prompt_pages = len(cache.tokens) // pt
+        c.complete(cache.loads)
+        self._scatter(cache, cache.page_table, cached_pages, min(prompt_pages, have // pt))
+        c.finish_prefill(cache.id, stream)
+        keep = None
+        if keep_output and output_ids is not None:
+            seq = _tokens(output_ids)
+            if seq[: len(cache.tokens)] != cache.tokens:
+                seq = cache.tokens + seq
+            seq = seq[:have]
+            pages = len(seq) // pt
+            if pages > prompt_pages:
+                table = c.page_table(cache.id)  # finish_prefill may have swapped duplicates
+                self._scatter(cache, table, prompt_pages, pages)
+                keep = seq[: pages * pt]
+        c.release(cache.id, keep, stream)
+        c.poll(stream)
+        cache.committed = True
+
+    def abort(self, cache: StrataCache) -> None:
+        """Gives a request's pages back without caching anything."""
+        if not cache.committed:
+            self.controller.complete(cache.loads)
+            self.controller.release(cache.id)
+            cache.committed = True

@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The GPU controller with PyTorch CUDA tensors (skipped without a GPU). Streams are torch's."""
+import pytest
+
+import strata
+
+torch = pytest.importorskip("torch")
+
+
+def test_gpu_controller_rejects_cpu_pools():
+    if not strata.cuda_built:
+        with pytest.raises(strata.Error, match="without CUDA"):
+            strata.gpu_controller(None, 1)
+        return
+    g = strata.kv_geometry(2, 16, 2, 16, 2, 2)
+    k = [torch.zeros(64, 2, 16, dtype=torch.float16) for _ in range(2)]
+    with pytest.raises(ValueError, match="must be CUDA tensors"):
+        strata.gpu_controller(strata.sglang_layout(k, k, g), 8)
+    with pytest.raises(TypeError, match="layer_first_table"):
+        strata.gpu_controller(object(), 8)
+
+
+gpu = pytest.mark.skipif(not (strata.gpu_available() and torch.cuda.is_available()),
+                         reason="needs a CUDA GPU and strata built with CUDA")
+
+
+@gpu
+@pytest.mark.parametrize("force", [None, 0, 1])
+def test_gpu_engine_loop_exact(force):
+    g = strata.kv_geometry(4, 16, 2, 64, 2, 2)
+    pages = 32
+    k = [torch.zeros(pages * 16, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
+    v = [torch.zeros(pages * 16, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
+    c = strata.gpu_controller(strata.sglang_layout(k, v, g), 64, force=force)
+    assert c.executor == "gpu" and c.tiers == [strata.tier.device, strata.tier.host]
+    stream = torch.cuda.current_stream().cuda_stream
+    doc = list(range(100, 100 + 128))  # 8 pages
+    c.submit(1, doc + [1, 2, 3], max_new_tokens=4, stream=stream)
+    loads = c.begin_loads(c.schedule(), stream)
+    table = c.page_table(1)
+    data = torch.randn(4, 2, 8 * 16, 2, 64, device="cuda").to(torch.bfloat16)
+    idx = torch.tensor(table[:8], device="cuda")
+    for layer in range(4):
+        assert c.wait_layer(loads, layer, stream)
+        k[layer].view(pages, 16, 2, 64).index_copy_(0, idx, data[layer, 0].view(8, 16, 2, 64))
+        v[layer].view(pages, 16, 2, 64).index_copy_(0, idx, data[layer, 1].view(8, 16, 2, 64))
+    c.complete(loads)
+    c.finish_prefill(1, stream)
+    c.release(1, None, stream)
+    c.synchronize()
+    while c.poll(stream):
+        c.synchronize()
+    assert c.evict(strata.tier.device, pages, stream) >= 8
+    c.synchronize()
+    c.poll(stream)
+    for t in k + v:
+        t.zero_()
+    c.submit(2, doc + [9], max_new_tokens=4, stream=stream)
+    loads = c.begin_loads(c.schedule(), stream)
+    assert loads.started[0].cached_pages == [0, 8, 0, 0]
+    table = c.page_table(2)
+    idx = torch.tensor(table[:8], device="cuda")
+    for layer in range(4):
+        assert c.wait_layer(loads, layer, stream)  # the stream waits for this layer only
+        got_k = k[layer].view(pages, 16, 2, 64).index_select(0, idx).view(-1, 2, 64)
+        got_v = v[layer].view(pages, 16, 2, 64).index_select(0, idx).view(-1, 2, 64)
+        assert torch.equal(got_k, data[layer, 0]) and torch.equal(got_v, data[layer, 1])
+    c.complete(loads)
+    c.release(2, None, stream)
+    c.synchronize()
+    c.poll(stream)
+    c.check_invariants()
+    assert c.executor_stats().failed_submissions == 0
+
+
+@gpu
+def test_transformers_on_the_gpu_is_bit_exact():
+    transformers = pytest.importorskip("transformers")
+    from strata.transformers import StrataKVPool
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                   max_position_embeddings=1024)
+    model = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    gen = torch.Generator().manual_seed(1)
+    context = torch.randint(0, 256, (256,), generator=gen).cuda()
+    suffix = torch.randint(0, 256, (9,), generator=gen).cuda()
+    pool = StrataKVPool(model.config, device_pages=64, host_pages=64, page_tokens=32, dtype=torch.bfloat16,
+                        device="cuda")
+    cache = pool.cache_for(context)
+    with torch.no_grad():
+        model(context[None], past_key_values=cache, use_cache=True)
+    pool.commit(cache)
+    pool.controller.synchronize()
+    pool.controller.poll(torch.cuda.current_stream().cuda_stream)
+    assert pool.controller.evict(strata.tier.device, 64, torch.cuda.current_stream().cuda_stream) == 8
+    pool.controller.synchronize()
+    for t in pool.k + pool.v:
+        t.zero_()
+    ids = torch.cat([context, suffix])
+    cache = pool.cache_for(ids, max_new_tokens=8)
+    assert cache.cached_pages == [0, 8, 0, 0]
+
+    def run(c):
+        with torch.no_grad():
+            out = model.generate(ids[None], past_key_values=c, max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                                 output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+        return torch.stack(out.logits)
+
+    logits = run(cache)
+    ref = transformers.DynamicCache()
+    with torch.no_grad():
+        model(context[None], past_key_values=ref, use_cache=True)
+    assert torch.equal(logits, run(ref))
+    pool.commit(cache)
