@@ -766,7 +766,26 @@ void bind_controller(nb::module_& m)
       .def_rw("prefetch_timeout_s", &controller_options::prefetch_timeout_s)
       .def_rw("selective_hits", &controller_options::selective_hits)
       .def_rw("delay_hit_tokens", &controller_options::delay_hit_tokens)
-      .def_rw("page_ids", &controller_options::page_ids);
+      .def_rw("page_ids", &controller_options::page_ids)
+      .def(
+          "set_file_tier",
+          [](controller_options& o, kv_geometry const& g, double read_bytes_per_s, double write_bytes_per_s) {
+            cost_model c = o.costs.page_bytes() == 0 ? h200::costs_for(g) : o.costs;
+            c.set_file_tier(read_bytes_per_s, write_bytes_per_s);  // throws before anything changes
+            o.costs = c;
+          },
+          "geometry"_a, "read_bytes_per_s"_a, "write_bytes_per_s"_a,
+          "The cost model's file-tier bandwidths (cost_model::set_file_tier), over the H200 figures for the "
+          "pool's `geometry` (h200::costs_for) unless a model was set already. What the controller predicts a "
+          "file-tier hit costs against recomputing it (prefetch and load, or recompute); defaults: 1.92e9 / "
+          "2.88e9 B/s, the H200 machine's disk.")
+      .def_prop_ro(
+          "file_read_bytes_per_s",
+          [](controller_options const& o) -> std::optional<double> {
+            if (o.costs.page_bytes() == 0) { return std::nullopt; }
+            return o.costs.io().load_bytes_per_s[std::size_t(tier::file)];
+          },
+          "The cost model's file-tier read bandwidth (None: the H200 default, chosen by the controller).");
 
   nb::class_<schedule_budget>(m, "schedule_budget")
       .def(

@@ -248,3 +248,20 @@ def test_poll_from_a_helper_thread(geo):
         t.join()
     assert polls[0] > 0
     e.cache.check_invariants()
+
+
+def test_file_tier_costs(geo):
+    o = strata.controller_options()
+    assert o.file_read_bytes_per_s is None  # the H200 default, chosen by the controller
+    o.set_file_tier(geo, 12e9, 6e9)
+    assert o.file_read_bytes_per_s == 12e9
+    with pytest.raises(strata.InvalidArgument, match="read bandwidth"):
+        o.set_file_tier(geo, 0.0, 1e9)
+    assert o.file_read_bytes_per_s == 12e9  # unchanged
+    k, v, pool = sglang_pool(geo, 8)
+    c = strata.host_controller(pool, 8, options=o)
+    assert c.options.file_read_bytes_per_s == 12e9
+    other = strata.controller_options()
+    other.set_file_tier(strata.kv_geometry(geo.layers, 32, geo.kv_heads, geo.head_dim, geo.elem_bytes, 2), 1e9, 1e9)
+    with pytest.raises(ValueError, match="tokens"):
+        strata.host_controller(pool, 8, options=other)  # a cost model for another page size

@@ -97,6 +97,10 @@ class StrataCache(DynamicCache):
         self.page_table = list(table)
         self.loads = loads
         self.committed = False
+        # The prefix's pool pages as a device index, made once (before any layer waits): a blocking
+        # host-to-device copy per layer would stall the CPU on each layer's load in turn.
+        pt = pool.geometry.page_tokens
+        self._prefix_pages = pool._page_index(self.page_table[: -(-self.prefix_tokens // pt)]) if self.prefix_tokens else None
 
     def __repr__(self):
         return f"StrataCache(id={self.id}, prefix_tokens={self.prefix_tokens}, cached_pages={self.cached_pages})"
@@ -175,6 +179,13 @@ class StrataKVPool:
         c.release(rid)
         raise _s.Error(f"StrataKVPool: request {rid} could not start (no device pages for it?)")
 
+    def _page_index(self, pages):
+        """Pool page numbers as a long tensor on the pool's device (copied without a host sync)."""
+        t = torch.tensor(list(pages), dtype=torch.long)
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
+
     def _gather(self, cache: StrataCache, layer: int, n: int):
         """Layer ``layer``'s first ``n`` tokens of the request, as ``[1, kv_heads, n, head_dim]``,
         once that layer's load has landed."""
@@ -182,7 +193,9 @@ class StrataKVPool:
             raise _s.Error(f"StrataKVPool: the load of request {cache.id} failed (layer {layer})")
         self.waits.append(layer)
         pt = self.geometry.page_tokens
-        pages = torch.tensor(cache.page_table[: (n + pt - 1) // pt], dtype=torch.long, device=self.device)
+        pages = cache._prefix_pages
+        if pages is None or pages.numel() != (n + pt - 1) // pt:
+            pages = self._page_index(cache.page_table[: (n + pt - 1) // pt])
         out = []
         for pool in (self.k[layer], self.v[layer]):
             paged = pool.view(-1, pt, pool.shape[1], pool.shape[2])
