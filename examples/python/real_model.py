@@ -34,6 +34,12 @@ use plain torch copies into a paged pool of the same shape.
 from __future__ import annotations
 
 import argparse
+import os as _os
+
+# Bit-exact logits need run-to-run deterministic kernels: cuBLAS with a fixed workspace, and
+# PyTorch's deterministic algorithms (set before CUDA initialises; the KV itself is compared
+# byte for byte in any case).
+_os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import csv
 import datetime
 import gc
@@ -98,6 +104,17 @@ def host_available_bytes() -> float:
     except OSError:
         pass
     return float("inf")
+
+
+def kv_equal(pool, cache, ref_kv, n) -> bool:
+    """The prefix KV strata loaded into the pool, layer by layer, byte for byte against the KV the
+    model computed (each layer waits for its own load first)."""
+    ok = True
+    for layer, (rk, rv) in enumerate(ref_kv):
+        k, v = pool._gather(cache, layer, n)
+        ok = ok and bitwise_equal(k, rk[:, :, :n].to(k.dtype).contiguous()) and bitwise_equal(v, rv[:, :, :n].to(v.dtype).contiguous())
+    pool.waits.clear()
+    return ok
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -359,6 +376,7 @@ def correctness(ctx):
         before = backend_counts(pool)
         cache = start(ctx, pool, ids.tolist(), args.decode)
         cached = list(cache.cached_pages)
+        kv_ok = cache.prefix_tokens == 0 or kv_equal(pool, cache, ref_kv, cache.prefix_tokens)
         pool.waits.clear()
         seq, logits = generate(model, ids, cache, args.decode, ctx.pad)
         waits_ok = pool.waits == list(range(L))
@@ -366,7 +384,9 @@ def correctness(ctx):
         loaded_ok = expect(cached)
         if not loaded_ok:
             note = (note + "; " if note else "") + f"unexpected cached pages {cached}"
-        record(check, backend, i, cached, waits_ok and loaded_ok, torch.equal(seq, ref_seq), logits, ref_logits, note)
+        note = (note + "; " if note else "") + f"prefix KV byte-equal: {kv_ok}"
+        record(check, backend, i, cached, waits_ok and loaded_ok and kv_ok, torch.equal(seq, ref_seq), logits, ref_logits,
+               note)
         pool.commit(cache, seq, keep_output=True)  # the answer's whole pages are cached too
         del cache
         settle(ctx, pool)
@@ -424,11 +444,12 @@ def correctness(ctx):
                 log(f"  file tier: {note}")
                 del cache
                 continue
+            kv_ok = kv_equal(pool, cache, ref_kv, cache.prefix_tokens)
             pool.waits.clear()
             seq, logits = generate(model, ids, cache, args.decode, ctx.pad)
             waits_ok = pool.waits == list(range(L))
-            loaded_ok = cached[0] == 0 and cached[1] + cached[2] == pages
-            note = f"{up} pages prefetched file -> host at submit; {cost_note}"
+            loaded_ok = cached[0] == 0 and cached[1] + cached[2] == pages and kv_ok
+            note = f"{up} pages prefetched file -> host at submit; {cost_note}; prefix KV byte-equal: {kv_ok}"
             if not loaded_ok:
                 note += f"; unexpected cached pages {cached}"
             record("file tier -> host -> device", "auto", i, cached, waits_ok and loaded_ok, torch.equal(seq, ref_seq),
@@ -911,6 +932,7 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     t_start = time.perf_counter()
     torch.set_grad_enabled(False)
+    torch.use_deterministic_algorithms(True, warn_only=True)
     if args.cpu_smoke:
         dev, dtype = torch.device("cpu"), torch.float32
     else:
