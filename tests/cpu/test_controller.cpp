@@ -5,6 +5,7 @@
 // and concurrent polling.
 #include "../support/catch.hpp"
 #include "../support/files.hpp"
+#include "../support/costs.hpp"
 #include "../support/kv_content.hpp"
 
 #include <strata/cache/controller.hpp>
@@ -190,17 +191,7 @@ struct engine_memory {
 
 std::uint64_t page_key(tokens_t const& tokens, std::int64_t p) { return test::page_key(tokens, geo.page_tokens, p); }
 
-/// The cost model for `geo` with a file tier that reads faster than the tiny test model computes,
-/// so that the scheduler loads file hits (with the default one it recomputes them: `choose_prefix`).
-cost_model reading_pays()
-{
-  cost_model const c = h200::costs_for(geo);
-  io_costs io = c.io();
-  io.load_bytes_per_s[std::size_t(tier::file)] = 1e15;
-  io.load_latency_s[std::size_t(tier::file)] = 0;
-  io.load_latency_s[std::size_t(tier::host)] = 0;
-  return cost_model{c.compute(), io, c.page_bytes(), c.page_tokens()};
-}
+cost_model reading_pays() { return test::reading_pays(geo); }
 /// The engine "computes" page `p` of `tokens` into device page `dev`.
 void write_page(layer_first const& l, tokens_t const& tokens, std::int64_t p, std::int64_t dev)
 {

@@ -6,6 +6,7 @@
 // checked against a content function the controller never sees: page p of a token sequence holds
 // words derived from the tokens of its prefix, written by a kernel standing in for the model.
 #include "gpu_support.cuh"
+#include "../support/costs.hpp"
 #include "../support/kv_content.hpp"
 
 #include <strata/cache/gpu_executor.cuh>
@@ -64,17 +65,7 @@ bool block_ok(std::byte const* b, std::uint64_t key, std::int64_t layer, std::in
 /// The prefetch policy the engines below run with (the file-tier case runs both ways).
 prefetch_policy engine_prefetch = prefetch_policy::best_effort;
 
-/// The cost model for `geo` with a file tier that reads faster than the tiny test model computes,
-/// so that file hits are loaded (with the default one the plans recompute them: `choose_prefix`).
-cost_model reading_pays()
-{
-  cost_model const c = h200::costs_for(geo);
-  io_costs io = c.io();
-  io.load_bytes_per_s[std::size_t(tier::file)] = 1e15;
-  io.load_latency_s[std::size_t(tier::file)] = 0;
-  io.load_latency_s[std::size_t(tier::host)] = 0;
-  return cost_model{c.compute(), io, c.page_bytes(), c.page_tokens()};
-}
+cost_model reading_pays() { return test::reading_pays(geo); }
 
 /// A GPU engine driving the controller; it checks every page it reads. `Lower`: tiers below the
 /// pinned host tier (a `file_store&`).
