@@ -1009,3 +1009,113 @@ TEST_CASE("controller: prefetch moves a waiting request's prefix from the file t
     }
   }
 }
+
+TEST_CASE("controller: a plan still starts the right requests when another call moved them in the waiting list",
+          "[cpu][controller]")
+{
+  // A release (or a poll that sends a failed load's requests back to wait) between `schedule` and
+  // `begin_loads` moves the waiting positions the plan refers to: the plan is matched by id.
+  engine_memory mem{64};
+  layer_first const pool = mem.layout(64);
+  controller cache{controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 16}}};
+  tokens_t const a = doc_tokens(1, 3, 1), b = doc_tokens(500, 4, 1);
+  cache.submit({request_id{1}, a, 0, 2, 0.0});
+  cache.submit({request_id{2}, b, 0, 2, 0.0});
+  auto const plan = cache.schedule({4096, 0, 0, 0});
+  REQUIRE(plan.prefills.size() == 2);
+  cache.release(request_id{1});  // request 1 leaves; request 2 moves to position 0
+  auto h = cache.begin_loads(plan);
+  REQUIRE(h.ran.size() == 1);
+  CHECK(h.ran[0].id == request_id{2});
+  auto const table = cache.page_table(request_id{2});
+  for (std::int64_t p = 0; p < 4; ++p) {
+    write_page(pool, b, p, table[std::size_t(p)]);
+  }
+  (void)cache.finish_prefill(request_id{2});
+  cache.release(request_id{2});
+  cache.check_invariants();
+  CHECK(cache.probe(b).tokens == 4 * geo.page_tokens);
+}
+
+TEST_CASE("controller: a file-tier record that fails to read leaves the index although others wait below it",
+          "[cpu][controller][file]")
+{
+  // Two requests extend a prefix cached only in the file tier (their marks hang below it); every read
+  // of the file tier fails. The first load fails, the prefix leaves the index with the marks below it,
+  // both requests mark again and compute: each is served, and the file tier is not read again.
+  using cache_t = cache_controller<file_policies>;
+  engine_memory mem{64};
+  layer_first const pool = mem.layout(64);
+  controller_options opts;
+  opts.costs = test::reading_pays(geo);
+  opts.prefetch = prefetch_policy::off;
+  opts.delay_hit_tokens = 4;
+  cache_t cache{cache_t::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, memory_file_store{geo, 16}},
+                opts};
+  tokens_t const x = doc_tokens(7, 4);
+  auto const q = [&](std::int32_t t) { return join(x, doc_tokens(9000 + t * 100, 1, 1)); };
+  (void)serve(cache, pool, 1, q(0));
+  (void)cache.evict(tier::device, 64);
+  for (int i = 0; i < 4; ++i) {
+    (void)cache.evict(tier::host, 8);
+  }
+  (void)cache.poll();
+  REQUIRE(cache.probe(q(1)).fastest_tokens[2] == 4 * geo.page_tokens);
+  cache.tiers().get<tier::file>().fail_one_in = 1;  // every read fails from now on
+  cache.submit({request_id{2}, q(1), 0, 2, 0.0});
+  cache.submit({request_id{3}, q(2), 0, 2, 0.0});
+  std::set<std::uint64_t> served;
+  for (int round = 0; round < 40 && served.size() < 2; ++round) {
+    auto h = cache.begin_loads(cache.schedule({5, 0, 0, 0}));  // one request per batch: the other waits, marked
+    if (h.transfer && cache.executor().status(*h.transfer) == copy_status::failed) {
+      CHECK(cache.complete(h));
+      continue;
+    }
+    for (auto const& st : h.started) {
+      std::int64_t cached = 0;
+      for (auto c : st.cached_pages) {
+        cached += c;
+      }
+      tokens_t const t = st.id.value == 2 ? q(1) : q(2);
+      auto const table = cache.page_table(st.id);
+      for (std::int64_t p = 0; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
+        if (p < cached) {
+          REQUIRE(page_ok(pool, t, p, table[std::size_t(p)]));
+        } else {
+          write_page(pool, t, p, table[std::size_t(p)]);
+        }
+      }
+    }
+    for (auto const& it : h.ran) {  // chunked prefills finish with their last chunk
+      if (!it.last_chunk) { continue; }
+      (void)cache.finish_prefill(it.id);
+      cache.release(it.id);
+      served.insert(it.id.value);
+    }
+    cache.check_invariants();
+  }
+  CHECK(served.size() == 2);
+  auto const s = cache.stats();
+  CHECK(s.failed_transfers == 1);  // one failed read, then the prefix is recomputed
+  CHECK(s.discarded_pages >= 4);
+  cache.check_invariants();
+}
+
+TEST_CASE("controller: pages too large for a file-tier record's header are refused before anything changes",
+          "[cpu][controller][file]")
+{
+  namespace fs = std::filesystem;
+  fs::path const dir = fs::temp_directory_path() / ("strata_controller_big_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  kv_geometry const big{1, 1100, 1, 8, 2, 2};  // 1,100-token pages: more ids than a header holds
+  file_store_options o;
+  o.directory = dir.string();
+  file_store disk{big, 4, o};
+  std::vector<std::byte> bytes(std::size_t(4 * big.page_bytes()));
+  layer_first const pool{bytes.data(), big, 4};
+  using big_controller = cache_controller<disk_policies>;
+  CHECK_THROWS_AS(big_controller(big_controller::tiers_type{device_pool<layer_first>{pool}, host_pool{big, 2}, disk}),
+                  invalid_argument);
+  CHECK(disk.slots().used() == 0);
+  fs::remove_all(dir);
+}

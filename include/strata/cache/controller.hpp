@@ -294,7 +294,6 @@ class cache_controller {
     s->prompt_tokens = prompt;
     s->max_new_tokens = r.max_new_tokens;
     mark(r.id, *s);
-    prefetch(*s, stream);
     waiting_request w;
     w.id = r.id;
     w.arrival_s = r.arrival_s;
@@ -303,8 +302,14 @@ class cache_controller {
     w.output_tokens = r.max_new_tokens;
     waiting_.push_back(w);
     waiting_state_.push_back(s.get());
+    state& st = *s;
     requests_.emplace(r.id, std::move(s));
     ++stats_.submitted;
+    try {  // best effort: the request is in, whatever becomes of its prefetch
+      prefetch(st, stream);
+    } catch (std::exception const&) {
+      st.prefetch_retry = false;
+    }
   }
 
   /**
@@ -381,14 +386,27 @@ class cache_controller {
     begun_ = plan.round;
     load_handle_type h;
     h.round = plan.round;
+    // The plan's positions in the waiting list, by id: a call from another thread since `schedule`
+    // (a `poll` that sent a failed load's requests back to wait, a `release`) may have moved them.
+    // Items whose request is gone, or was sent back to wait with a later chunk planned, are dropped.
+    std::vector<prefill_item> items;
+    for (prefill_item it : plan.prefills) {
+      if (it.index >= waiting_.size() || waiting_[it.index].id != it.id) {
+        auto const f = std::find_if(waiting_.begin(), waiting_.end(), [&](auto const& w) { return w.id == it.id; });
+        if (f == waiting_.end()) { continue; }
+        it.index = std::size_t(f - waiting_.begin());
+      }
+      if (it.first_chunk == waiting_[it.index].started) { continue; }
+      items.push_back(it);
+    }
     // Hold every cached prefix of the batch first, so that one request's allocation cannot evict
     // another's. A first chunk whose cached node is gone (a strategy that sized it from a probe and
     // did not `match_plan`) is skipped: it is sized again next round.
-    for (auto const& it : plan.prefills) {
+    for (auto const& it : items) {
       if (it.first_chunk && tree_.alive(it.cached_node)) { tree_.lock(it.cached_node, tier::device); }
     }
     std::vector<copy_order> loads;
-    for (auto const& it : plan.prefills) {
+    for (auto const& it : items) {
       if (it.first_chunk && !tree_.alive(it.cached_node)) {
         h.skipped.push_back(it);
         continue;
@@ -462,12 +480,15 @@ class cache_controller {
     for (std::size_t i = 0; i < inflight_.size();) {
       if (!settle(i)) { ++i; }
     }
-    submit_queued(stream);
+    submit_queued(stream, /*device_sources=*/false);
     for (std::size_t i = 0; i < inflight_.size();) {  // what an executor copied at once
       if (!settle(i)) { ++i; }
     }
     for (auto* s : waiting_state_) {  // prefetches that found the host full, once room was made
-      if (s->prefetch_retry && s->prefetch == 0 && s->at == stage::waiting) { prefetch(*s, stream); }
+      if (s->prefetch != 0 && !in_flight(s->prefetch)) { s->prefetch = 0; }
+      bool const room_landed = std::none_of(s->prefetch_room.begin(), s->prefetch_room.end(),
+                                            [&](std::uint64_t id) { return in_flight(id); });
+      if (s->prefetch_retry && s->prefetch == 0 && room_landed && s->at == stage::waiting) { prefetch(*s, stream); }
     }
     return inflight_.size();
   }
@@ -717,7 +738,9 @@ class cache_controller {
     std::vector<std::uint64_t> computing_keys;  // its pages in `unmarked_computing_`
     std::uint64_t prefetch = 0;                 // submission of its pending prefetch (0: none)
     bool prefetch_retry = false;                // its prefetch found the host full and made room: try again
-    double prefetch_at = 0;                     // when it was submitted (`now()`)
+    int prefetch_tries = 0;                     // prefetches started for it (retries are bounded)
+    std::vector<std::uint64_t> prefetch_room;   // the demotions making room for it: retry once they landed
+    std::optional<double> prefetch_at;          // when its first prefetch started (`now()`)
   };
   /// A record a record store kept across a restart, as the index needs it.
   struct kept_record {
@@ -879,37 +902,54 @@ class cache_controller {
   }
 
   /// Starts copying the part of a request's cached prefix that lies below the host (file, remote)
-  /// up to the host tier, per `options_.prefetch`.
+  /// up to the host tier, per `options_.prefetch`. When the host has no room, the demotions that
+  /// make it are submitted and the prefetch is tried again (by `poll`) once they have landed, at
+  /// most three times in all.
   void prefetch(state& s, stream_type stream)
   {
+    s.prefetch_retry = false;
     if (options_.prefetch == prefetch_policy::off || !tree_.has_tier(tier::host)) { return; }
     match_result const m = tree_.probe(s.tokens);
     std::int64_t const below = m.fastest_tokens[std::size_t(tier::file)] + m.fastest_tokens[std::size_t(tier::remote)];
     if (below == 0 || !worth_reading(m, s.prompt_tokens)) { return; }
+    for (auto& o : tree_.take_copies()) {  // copies queued before: not this prefetch's
+      queued_.push_back(std::move(o));
+    }
+    ++s.prefetch_tries;
     std::vector<copy_order> orders = tree_.prefetch(m.node);
     (void)tree_.take_internal_evictions();  // host and file slots: the index's own
     std::int64_t got = 0;
     for (auto const& o : orders) {
       got += std::int64_t(o.to_pages.size()) * page_tokens();
     }
-    // No room on the host yet: the demotions that make it are queued; `poll` tries again once they land.
-    auto room = tree_.take_copies();
-    s.prefetch_retry = got < m.fastest_tokens[std::size_t(tier::file)] + m.fastest_tokens[std::size_t(tier::remote)] &&
-                       !room.empty();
-    queued_.insert(queued_.end(), std::make_move_iterator(room.begin()), std::make_move_iterator(room.end()));
+    // The demotions that make room on the host, each its own submission (settles when it lands).
+    s.prefetch_room.clear();
+    for (auto& o : tree_.take_copies()) {
+      std::vector<copy_order> one;
+      one.push_back(std::move(o));
+      (void)submit_orders(std::move(one), copy_kind::copy, stream, nullptr);
+      s.prefetch_room.push_back(inflight_.back().id);
+    }
+    s.prefetch_retry = got < below && !s.prefetch_room.empty() && s.prefetch_tries < 3;
     if (!orders.empty()) {
       for (auto const& o : orders) {
         stats_.prefetched_pages += std::int64_t(o.to_pages.size());
       }
       handle_type const h = submit_orders(std::move(orders), copy_kind::copy, stream, nullptr);
       s.prefetch = inflight_.back().id;
-      s.prefetch_at = now();
+      if (!s.prefetch_at) { s.prefetch_at = now(); }
       if (executor_.status(h) != copy_status::pending) {  // an executor that copies at once
         (void)settle(inflight_.size() - 1);
         s.prefetch = 0;
       }
     }
-    submit_queued(stream);  // demotions that made room on the host
+    submit_queued(stream, /*device_sources=*/false);
+  }
+
+  /// Whether submission `id` is still in flight.
+  [[nodiscard]] bool in_flight(std::uint64_t id) const
+  {
+    return std::any_of(inflight_.begin(), inflight_.end(), [&](submission const& sub) { return sub.id == id; });
   }
 
   /// Whether reading the part of `m` that lies below the host is predicted faster than computing it
@@ -946,7 +986,8 @@ class cache_controller {
       if (s.prefetch != 0) {
         auto const at = pending_at(s.prefetch);
         if (!at || settle(*at) ||
-            (options_.prefetch == prefetch_policy::timeout && t - s.prefetch_at >= options_.prefetch_timeout_s)) {
+            (options_.prefetch == prefetch_policy::timeout && s.prefetch_at &&
+             t - *s.prefetch_at >= options_.prefetch_timeout_s)) {
           s.prefetch = 0;  // landed, failed (its pages are read from below, or recomputed), or timed out
         }
       }
@@ -962,11 +1003,17 @@ class cache_controller {
 
   /// Takes the records a record store (the file tier) kept across a restart, and gives their
   /// slots back to its allocator: the index adopts the ones it can place (`restore`).
-  static std::vector<kept_record> take_recovered(tiers_type& tiers)
+  std::vector<kept_record> take_recovered(tiers_type& tiers) const
   {
     std::vector<kept_record> out;
     if constexpr (tiers_type::has(tier::file)) {
       auto& store = tiers.template get<tier::file>();
+      using store_type = std::remove_cvref_t<decltype(store)>;
+      if constexpr (requires { store_type::max_record_ids; }) {  // checked before anything changes
+        std::int64_t const ids = options_.page_ids ? 1 : tiers.geometry().page_tokens;
+        STRATA_EXPECTS(ids <= store_type::max_record_ids, "cache_controller: a page of ", ids,
+                       " ids does not fit a file-tier record's header (at most ", store_type::max_record_ids, ")");
+      }
       if constexpr (requires { store.recovered()[0].ids; store.recovered()[0].parent_key; store.key(0); }) {
         std::vector<std::int64_t> slots;
         for (auto const& r : store.recovered()) {
@@ -1039,19 +1086,27 @@ class cache_controller {
     stats_.restore_dropped = std::int64_t(records.size()) - stats_.restored_pages;
   }
 
-  /// Hands queued backups and demotions to the executor.
-  void submit_queued(stream_type stream)
+  /// Hands queued backups and demotions to the executor. Without `device_sources` (calls that may
+  /// come from any thread with any stream: `poll`, `submit`) copies that read device pages stay
+  /// queued for a call on the engine's stream, which orders them after the compute writing those pages.
+  void submit_queued(stream_type stream, bool device_sources = true)
   {
     for (auto& o : tree_.take_copies()) {
       queued_.push_back(std::move(o));
     }
     // One submission per order: each backup or demotion settles (and frees its source) as soon as
     // it lands, not when the slowest of a group does.
+    std::vector<copy_order> kept;
     for (auto& o : std::exchange(queued_, {})) {
+      if (!device_sources && o.from == tier::device) {
+        kept.push_back(std::move(o));
+        continue;
+      }
       std::vector<copy_order> one;
       one.push_back(std::move(o));
       (void)submit_orders(std::move(one), copy_kind::copy, stream, nullptr);
     }
+    queued_ = std::move(kept);
   }
   handle_type submit_orders(std::vector<copy_order> orders, copy_kind kind, stream_type stream,
                             std::vector<started_request> const* readers)
@@ -1129,16 +1184,27 @@ class cache_controller {
     }
     // What a record store failed to read back is not trusted again: those copies leave the index
     // (with the prefixes cached only below them), so the requests recompute rather than retry.
+    // (Only reads from a record store into the device or the host: a failed write below it says
+    // nothing of the source copy.)
+    std::vector<request_id> unmarked;
     for (auto const& o : sub.orders) {
-      if (o.from < tier::file || !tree_.alive(o.node)) { continue; }
+      if (o.from < tier::file || o.to >= tier::file || !tree_.alive(o.node)) { continue; }
       discard_result const d = tree_.discard(o.node, o.from);
       release_device(d.freed_device);
       for (auto n : d.pages) {
         stats_.discarded_pages += n;
       }
+      unmarked.insert(unmarked.end(), d.unmarked.begin(), d.unmarked.end());
     }
     for (auto id : again) {
       requeue(id);
+    }
+    for (auto id : unmarked) {  // waiting requests whose marks hung below what went: they mark again
+      auto const r = requests_.find(id);
+      if (r == requests_.end() || tree_.transient_pages(id) > 0) { continue; }  // gone, or marked again already
+      r->second->transient_pages = 0;
+      unblock(id);
+      mark(id, *r->second);
     }
     return true;
   }

@@ -102,6 +102,9 @@ struct discard_result {
   /// Pages that went with it, per tier (the node's copy, and the whole subtree when that was its only copy).
   std::array<std::int64_t, tier_count> pages{};
   std::vector<std::int64_t> freed_device;  ///< device pages freed: the caller returns them to its pool
+  /// Requests whose `in_queue` marks hung below the prefix that went: their marks were removed, so
+  /// they mark again (`mark_in_queue`) where the prefix now ends.
+  std::vector<request_id> unmarked;
 };
 
 /// @brief What `evict` did.
@@ -612,9 +615,9 @@ class hiradix_tree {
   /**
    * @brief The copy of `node` in tier `t` is lost (a record store could not read it back intact):
    *        drop it. When it was the node's only copy the prefix is broken there, and the node goes
-   *        with its whole subtree (every copy of it in every tier). A node that would go while it is
-   *        locked, pinned (a transfer pending) or transient stops it: nothing changes, and a later
-   *        failure tries again.
+   *        with its whole subtree (every copy of it in every tier, and the `in_queue` marks of waiting
+   *        requests below it: `unmarked`). A node that would go while it is locked, pinned (a transfer
+   *        pending) or `in_flight` stops it: nothing changes, and a later failure tries again.
    * @throw strata::invalid_argument for a stale node
    */
   [[nodiscard]] discard_result discard(node_ref node, tier t)
@@ -624,7 +627,7 @@ class hiradix_tree {
     std::uint32_t const x = node.index;
     auto busy = [&](std::uint32_t i) {
       node_data const& n = nodes_[i];
-      return has_pins(n) || n.state != transient_state::none || n.locks[0] + n.locks[1] + n.locks[2] + n.locks[3] > 0;
+      return has_pins(n) || n.state == transient_state::in_flight || n.locks[0] + n.locks[1] + n.locks[2] + n.locks[3] > 0;
     };
     if (!nodes_[x].resident[std::size_t(t)]) {
       r.dropped = true;
@@ -648,7 +651,14 @@ class hiradix_tree {
       }
     }
     std::uint32_t const parent = nodes_[x].parent;
+    if (nodes_[x].state != transient_state::none) { return r; }  // not a cached node
     for (auto it = subtree.rbegin(); it != subtree.rend(); ++it) {  // children first
+      if (nodes_[*it].state == transient_state::in_queue) {  // a waiting request's mark: it marks again
+        r.unmarked.push_back(nodes_[*it].owner);
+        transient_.erase(nodes_[*it].owner);
+        remove_node(*it);
+        continue;
+      }
       for (std::size_t u = 0; u < tier_count; ++u) {
         if (!nodes_[*it].resident[u]) { continue; }
         r.pages[u] += nodes_[*it].pages();
