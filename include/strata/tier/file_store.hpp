@@ -1259,10 +1259,10 @@ class file_store {
           found[static_cast<std::size_t>(s)] = h;
           intact[static_cast<std::size_t>(s)] = ok ? 1 : 0;
         }
-        {
-          std::lock_guard lock{m};
-          remaining.fetch_sub(1);
-        }
+        // Notified under the lock: the waiting thread returns (and its `cv` and `m` go) only once
+        // this thread has let go of both.
+        std::lock_guard lock{m};
+        remaining.fetch_sub(1);
         cv.notify_all();
       });
     }
