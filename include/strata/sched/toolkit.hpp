@@ -74,11 +74,8 @@ inline prefix_choice choose_prefix(scheduler_view const& v, std::size_t i, match
   std::size_t const ids = std::size_t(pages * v.tree->config().page_tokens);
   match_result const upper = v.tree->probe(r.tokens.first(std::min(ids, r.tokens.size())));
   auto cost = [&](match_result const& x) {
-    std::array<std::int64_t, tier_count> loads{};
-    for (std::size_t t = 1; t < tier_count; ++t) {
-      loads[t] = x.fastest_tokens[t] / v.page_tokens;
-    }
-    std::int64_t const cached = std::min(x.tokens, r.prompt_tokens - 1);
+    auto const loads = load_pages_of(v, x);
+    std::int64_t const cached = cached_tokens_of(v, i, x);
     return v.costs->batch_s(v.costs->load_s(loads), v.costs->prefill_s(r.prompt_tokens - cached, cached),
                             v.costs->serial_load_s(loads));
   };
@@ -91,12 +88,8 @@ inline prefix_choice choose_prefix(scheduler_view const& v, std::size_t i, match
 inline double remaining_work_s(scheduler_view const& v, std::size_t i, match_result const& m)
 {
   match_result const& c = choose_prefix(v, i, m).match;
-  std::int64_t const cached = std::min(c.tokens, v.waiting[i].prompt_tokens - 1);
-  std::array<std::int64_t, tier_count> loads{};
-  for (std::size_t t = 1; t < tier_count; ++t) {
-    loads[t] = c.fastest_tokens[t] / v.page_tokens;
-  }
-  return v.costs->load_s(loads) + v.costs->prefill_s(v.waiting[i].prompt_tokens - cached, cached);
+  std::int64_t const cached = cached_tokens_of(v, i, c);
+  return v.costs->load_s(load_pages_of(v, c)) + v.costs->prefill_s(v.waiting[i].prompt_tokens - cached, cached);
 }
 
 /// @brief Device pages a request's first chunk takes: its uncached prompt pages (the partial tail
