@@ -3,6 +3,10 @@
 #include "gpu.hpp"
 
 #include <strata/cache/gpu_executor.cuh>
+#include <strata/tier/pinned_host_pool.cuh>
+#include <strata/transfer/dma_copy.cuh>
+
+#include <type_traits>
 
 #include "controller_impl.hpp"
 
@@ -78,6 +82,106 @@ std::unique_ptr<controller_api> make_gpu_controller(layer_first_table const& poo
   return std::make_unique<controller_impl<controller, gpu_hooks>>(
       controller::tiers_type{device_pool<layer_first_table>{pool}, pinned_host_pool{g, host_pages, pinned}}, options,
       strata_scheduler{}, gpu_executor{executor_config(gpu)});
+}
+
+// --- the transfer backends one by one -----------------------------------------------------------
+
+namespace {
+
+class transfer_impl final : public gpu_transfer_api {
+ public:
+  transfer_impl(transfer_handle h, std::shared_ptr<void> backend) : h_{std::move(h)}, backend_{std::move(backend)} {}
+  /// Waits for what it moves: the backend's buffers and the caller's arrays outlive the copy.
+  ~transfer_impl() override
+  {
+    try {
+      h_.synchronize();
+    } catch (...) {  // a failed transfer: nothing more will land
+    }
+  }
+  void wait_layer(std::int64_t layer, std::uintptr_t stream) const override
+  {
+    h_.wait_layer(layer, cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)});
+  }
+  void wait(std::uintptr_t stream) const override { h_.wait(cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)}); }
+  void synchronize() const override { h_.synchronize(); }
+  [[nodiscard]] bool done() const override { return h_.done(); }
+
+ private:
+  transfer_handle h_;
+  std::shared_ptr<void> backend_;
+};
+
+template <class B>
+class copier_impl final : public gpu_copier_api {
+ public:
+  explicit copier_impl(std::shared_ptr<B> b) : b_{std::move(b)} {}
+  [[nodiscard]] char const* name() const override { return B::name; }
+
+  std::unique_ptr<gpu_transfer_api> copy(gpu_layout const& src, gpu_layout const& dst,
+                                         std::span<page_pair const> pages, layer_range layers, std::uintptr_t stream,
+                                         bool per_layer) override
+  {
+    return std::visit(
+        [&](auto const& s, auto const& d) -> std::unique_ptr<gpu_transfer_api> {
+          using S = std::decay_t<decltype(s)>;
+          using D = std::decay_t<decltype(d)>;
+          if constexpr (!std::is_same_v<S, page_first> && !std::is_same_v<D, page_first>) {
+            throw invalid_argument(
+                detail::concat("strata: ", B::name, ": one side of a copy must be page_first (the host tier's records)"));
+          } else if constexpr (!requires(B& b, copy_plan<S, D> const& p, cudaStream_t st,
+                                         std::span<cudaEvent_t const> ev) { b.enqueue(p, st, ev); }) {
+            throw invalid_argument(detail::concat("strata: ", B::name, " does not move this pair of layouts (staged: "
+                                                  "records, page_first, on one side; the other in device memory)"));
+          } else {
+            copy_plan<S, D> const plan{s, d, pages, layers};
+            transfer_handle h = strata::submit(*b_, plan, cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)},
+                                               per_layer ? completion::per_layer : completion::whole);
+            return std::make_unique<transfer_impl>(std::move(h), b_);
+          }
+        },
+        src, dst);
+  }
+
+ private:
+  std::shared_ptr<B> b_;
+};
+
+class pinned_pool_impl final : public pinned_pool_api {
+ public:
+  pinned_pool_impl(kv_geometry const& g, std::int64_t pages, pinned_pool_options o) : pool_{g, pages, o} {}
+  [[nodiscard]] std::byte* data() const override { return pool_.layout().page_data(0); }
+  [[nodiscard]] std::int64_t pages() const override { return pool_.num_pages(); }
+  [[nodiscard]] kv_geometry geometry() const override { return pool_.geometry(); }
+
+ private:
+  pinned_host_pool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<gpu_copier_api> make_gpu_copier(copier_kind kind, int ctas)
+{
+  switch (kind) {
+    case copier_kind::gpu_assisted:
+      return std::make_unique<copier_impl<gpu_assisted>>(
+          std::make_shared<gpu_assisted>(gpu_assisted_config{ctas, default_load_config.threads}));
+    case copier_kind::dma_batch: return std::make_unique<copier_impl<dma_batch>>(std::make_shared<dma_batch>());
+    case copier_kind::staged: return std::make_unique<copier_impl<staged>>(std::make_shared<staged>());
+    case copier_kind::dma_copy: return std::make_unique<copier_impl<dma_copy>>(std::make_shared<dma_copy>());
+  }
+  throw invalid_argument(detail::concat("strata: gpu_copier: unknown backend ", int(kind),
+                                        " (0 gpu_assisted, 1 dma_batch, 2 staged, 3 dma_copy)"));
+}
+
+std::unique_ptr<pinned_pool_api> make_pinned_pool(kv_geometry const& geometry, std::int64_t pages, bool registered)
+{
+  geometry.validate();
+  STRATA_EXPECTS(pages > 0, "pinned_host_pool: pages must be positive, got ", pages);
+  pinned_pool_options o;
+  o.allocation = registered ? pinned_allocation::registered : pinned_allocation::host_alloc;
+  o.chunk_bytes = pages * geometry.page_bytes();  // one chunk: one page_first array
+  return std::make_unique<pinned_pool_impl>(geometry, pages, o);
 }
 
 int cuda_device_count() noexcept

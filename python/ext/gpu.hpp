@@ -10,11 +10,16 @@
 
 #include "controller_api.hpp"
 
+#include <strata/layout/engine.hpp>
 #include <strata/layout/layer_first.hpp>
+#include <strata/layout/page_first.hpp>
 #include <strata/tier/file_store.hpp>
 
+#include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
+#include <variant>
 
 namespace strata::python {
 
@@ -42,5 +47,58 @@ std::unique_ptr<controller_api> make_gpu_controller(layer_first_table const& poo
 
 /// @brief CUDA devices visible (0 without a driver or a GPU; never throws).
 int cuda_device_count() noexcept;
+
+// --- the transfer backends one by one ----------------------------------------------------------
+
+/// @brief A layout the binding's GPU copies move pages between (one of the Python layouts' values).
+using gpu_layout = std::variant<layer_first, page_first, layer_first_table, vllm_layout, hf_layout>;
+
+/// @brief Backends `make_gpu_copier` makes (the first three are `gpu_backend`'s order).
+enum class copier_kind : int { gpu_assisted = 0, dma_batch = 1, staged = 2, dma_copy = 3 };
+
+/// @brief One enqueued copy: a `transfer_handle` (per-layer events when asked for).
+class gpu_transfer_api {
+ public:
+  virtual ~gpu_transfer_api() = default;
+  /// @brief Makes `stream` wait for `layer` (per-layer transfers; else for the whole transfer).
+  virtual void wait_layer(std::int64_t layer, std::uintptr_t stream) const = 0;
+  /// @brief Makes `stream` wait for the whole transfer.
+  virtual void wait(std::uintptr_t stream) const = 0;
+  /// @brief Blocks until the whole transfer has landed.
+  virtual void synchronize() const = 0;
+  /// @brief True once it has landed (never blocks).
+  [[nodiscard]] virtual bool done() const = 0;
+};
+
+/// @brief One backend instance (its buffers and descriptor ring live as long as it does).
+class gpu_copier_api {
+ public:
+  virtual ~gpu_copier_api() = default;
+  [[nodiscard]] virtual char const* name() const = 0;
+  /**
+   * @brief Validates, then enqueues a plan on `stream`. One side must be `page_first` (the host
+   *        tier's records); `staged` needs the records on the host side of its direction.
+   * @throw strata::invalid_argument before anything is enqueued for a bad plan or a pair of layouts
+   *        the backend does not move (nothing changed)
+   */
+  virtual std::unique_ptr<gpu_transfer_api> copy(gpu_layout const& src, gpu_layout const& dst,
+                                                 std::span<page_pair const> pages, layer_range layers,
+                                                 std::uintptr_t stream, bool per_layer) = 0;
+};
+
+/// @brief A backend; `ctas` sizes `gpu_assisted`'s launch (ignored by the others).
+std::unique_ptr<gpu_copier_api> make_gpu_copier(copier_kind kind, int ctas);
+
+/// @brief A `pinned_host_pool` in one chunk: pinned, device-mapped page-first records.
+class pinned_pool_api {
+ public:
+  virtual ~pinned_pool_api() = default;
+  [[nodiscard]] virtual std::byte* data() const = 0;
+  [[nodiscard]] virtual std::int64_t pages() const = 0;
+  [[nodiscard]] virtual kv_geometry geometry() const = 0;
+};
+
+/// @brief `pinned_host_pool{geometry, pages}` (`registered`: mmap + cudaHostRegister), one chunk.
+std::unique_ptr<pinned_pool_api> make_pinned_pool(kv_geometry const& geometry, std::int64_t pages, bool registered);
 
 }  // namespace strata::python

@@ -756,6 +756,106 @@ py_controller* host_controller(nb::object layout, std::int64_t host_pages, std::
   return new py_controller{std::move(layout), std::move(file), std::move(c)};
 }
 
+#if STRATA_PYTHON_CUDA
+// --- the GPU transfer backends and the pinned host pool ------------------------------------------
+
+struct py_gpu_copier {
+  std::unique_ptr<gpu_copier_api> impl;
+};
+
+/// An enqueued copy; keeps its plan (hence both layouts' arrays) and its copier alive until it lands.
+struct py_gpu_transfer {
+  std::unique_ptr<gpu_transfer_api> impl;
+  nb::object plan, copier;
+  ~py_gpu_transfer()
+  {
+    nb::gil_scoped_release unlocked;  // the destructor waits for the copy
+    impl.reset();
+  }
+};
+
+copier_kind to_copier_kind(nb::handle backend)
+{
+  if (nb::isinstance<nb::int_>(backend)) {
+    int const b = nb::cast<int>(backend);
+    if (b < 0 || b > 3) { raise_value("gpu_copier: backend ", b, " is not 0 (gpu_assisted), 1 (dma_batch), 2 (staged) or 3 (dma_copy)"); }
+    return copier_kind(b);
+  }
+  std::string const name = nb::cast<std::string>(backend);
+  if (name == "gpu_assisted") { return copier_kind::gpu_assisted; }
+  if (name == "dma_batch") { return copier_kind::dma_batch; }
+  if (name == "staged") { return copier_kind::staged; }
+  if (name == "dma_copy") { return copier_kind::dma_copy; }
+  raise_value("gpu_copier: unknown backend '", name, "' (gpu_assisted, dma_batch, staged, dma_copy)");
+}
+
+void bind_gpu_transfer(nb::module_& m)
+{
+  nb::class_<py_gpu_transfer>(m, "gpu_transfer", "A copy a gpu_copier enqueued (a transfer_handle).")
+      .def(
+          "wait_layer",
+          [](py_gpu_transfer const& t, std::int64_t layer, std::uintptr_t stream) { t.impl->wait_layer(layer, stream); },
+          "layer"_a, "stream"_a = 0, "Makes `stream` wait until `layer` has landed (per-layer copies).")
+      .def(
+          "wait", [](py_gpu_transfer const& t, std::uintptr_t stream) { t.impl->wait(stream); }, "stream"_a = 0,
+          "Makes `stream` wait for the whole copy.")
+      .def(
+          "synchronize", [](py_gpu_transfer const& t) { t.impl->synchronize(); }, nb::call_guard<nb::gil_scoped_release>(),
+          "Blocks until the whole copy has landed.")
+      .def("done", [](py_gpu_transfer const& t) { return t.impl->done(); }, "True once the copy has landed.");
+
+  nb::class_<py_gpu_copier>(m, "gpu_copier",
+                            "One transfer backend: gpu_assisted (SM copy kernels on `ctas` SMs), dma_batch "
+                            "(cudaMemcpyBatchAsync), staged (records by the copy engine, relayed by a kernel) or "
+                            "dma_copy (one cudaMemcpyAsync per block: the baseline).")
+      .def(
+          "__init__",
+          [](py_gpu_copier* self, nb::object backend, int ctas) {
+            copier_kind const k = to_copier_kind(backend);
+            new (self) py_gpu_copier{make_gpu_copier(k, ctas)};
+          },
+          "backend"_a = "gpu_assisted", "ctas"_a = 2)
+      .def_prop_ro("name", [](py_gpu_copier const& c) { return std::string(c.impl->name()); })
+      .def(
+          "copy",
+          [](nb::object self, nb::object plan_obj, std::uintptr_t stream, bool per_layer) {
+            auto& c = nb::cast<py_gpu_copier&>(self);
+            auto const& p = nb::cast<py_copy_plan const&>(plan_obj);
+            std::unique_ptr<gpu_transfer_api> t = with_plan(p, [&](auto const& plan, auto const& s, auto const& d) {
+              gpu_layout const src{s.value};
+              gpu_layout const dst{d.value};
+              nb::gil_scoped_release unlocked;
+              return c.impl->copy(src, dst, plan.pages, plan.layers, stream, per_layer);
+            });
+            return new py_gpu_transfer{std::move(t), std::move(plan_obj), std::move(self)};
+          },
+          "plan"_a, "stream"_a = 0, "per_layer"_a = true, nb::rv_policy::take_ownership,
+          "Validates `plan` and enqueues it on `stream` (one side page_first: the host tier's records; host "
+          "memory pinned for gpu_assisted and staged); returns its gpu_transfer. Nothing is enqueued for a "
+          "rejected plan.");
+
+  m.def(
+      "pinned_host_pool",
+      [](kv_geometry const& g, std::int64_t pages, bool registered) {
+        std::unique_ptr<pinned_pool_api> pool;
+        {
+          nb::gil_scoped_release unlocked;
+          pool = make_pinned_pool(g, pages, registered);
+        }
+        std::byte* data = pool->data();
+        std::size_t const shape[3] = {std::size_t(pages), std::size_t(g.page_bytes() / (g.elem_bytes * g.head_dim)),
+                                      std::size_t(g.head_dim)};
+        nb::dlpack::dtype const dt{std::uint8_t(nb::dlpack::dtype_code::UInt), std::uint8_t(8 * g.elem_bytes), 1};
+        nb::capsule owner(pool.release(), [](void* p) noexcept { delete static_cast<pinned_pool_api*>(p); });
+        return nb::ndarray<nb::numpy>(data, 3, shape, owner, nullptr, dt);
+      },
+      "geometry"_a, "pages"_a, "registered"_a = false,
+      "The host tier's memory (pinned_host_pool, one chunk): pinned, device-mapped page-first records as an array "
+      "[pages, page_bytes / (elem_bytes * head_dim), head_dim] of unsigned integers of elem_bytes (view it as the "
+      "cache's dtype), freed with the last array using it. Wrap it as `page_first(array, geometry)`.");
+}
+#endif
+
 void bind_controller(nb::module_& m)
 {
   nb::class_<controller_options>(m, "controller_options", "Settings of a cache controller.")
@@ -989,6 +1089,7 @@ void bind_controller(nb::module_& m)
       "file). force: 0 gpu_assisted, 1 dma_batch, 2 staged.");
   m.def("cuda_device_count", &cuda_device_count);
   m.attr("cuda_built") = true;
+  bind_gpu_transfer(m);
 #else
   m.def("cuda_device_count", []() { return 0; });
   m.attr("cuda_built") = false;

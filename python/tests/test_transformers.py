@@ -121,3 +121,55 @@ def test_rejections(model):
         pool.commit(cache)
     pool.abort(cache)
     assert pool.controller.live_requests() == 0
+
+
+@pytest.fixture(scope="module")
+def mla_model():
+    """A tiny random DeepSeek-V3-shaped model: transformers caches its MLA latent (compressed KV, rotary key)."""
+    torch.manual_seed(0)
+    cfg = transformers.DeepseekV3Config(vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                        num_hidden_layers=2, first_k_dense_replace=2, num_attention_heads=4,
+                                        num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=24, qk_rope_head_dim=8,
+                                        qk_nope_head_dim=16, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2,
+                                        n_group=1, topk_group=1, max_position_embeddings=512)
+    return transformers.DeepseekV3ForCausalLM(cfg).eval()
+
+
+def test_mla_latent_through_the_host_tier_is_bit_exact(mla_model):
+    """The MLA latent rides in strata's MLA layout (one 40-element row per token and layer) and comes back
+    bit-exact: the decode's logits equal the never-left run's."""
+    g = torch.Generator().manual_seed(2)
+    context = torch.randint(0, 256, (64,), generator=g)
+    suffix = torch.randint(0, 256, (9,), generator=g)
+    pool = StrataKVPool(mla_model.config, device_pages=32, host_pages=64, page_tokens=16, dtype=torch.float32)
+    assert pool.geometry == strata.kv_geometry(2, 16, 1, 32 + 8, 4, 1)
+    assert pool.v == [] and tuple(pool.k[0].shape) == (32 * 16, 1, 40)
+    cache = pool.cache_for(context, max_new_tokens=1)
+    with torch.no_grad():
+        mla_model(context[None], past_key_values=cache, use_cache=True)
+    pool.commit(cache)
+    c = pool.controller
+    c.poll()
+    assert c.evict(strata.tier.device, 32) == 4
+    for t in pool.k:
+        t.zero_()
+    ids = torch.cat([context, suffix])
+    cache = pool.cache_for(ids, max_new_tokens=NEW)
+    assert cache.prefix_tokens == 64 and cache.cached_pages == [0, 4, 0, 0]
+    seq, logits = generate(mla_model, ids, cache)
+    ref_seq, ref_logits = reference(mla_model, context, suffix)
+    assert torch.equal(seq, ref_seq)
+    assert torch.equal(logits, ref_logits)
+    pool.commit(cache)
+    c.check_invariants()
+
+
+def test_a_cache_of_another_shape_is_refused(model, mla_model):
+    """A pool made for one model refuses another's cache tensors, with nothing written."""
+    pool = StrataKVPool(model.config, device_pages=8, host_pages=8, page_tokens=16, dtype=torch.float32)
+    cache = pool.cache_for(torch.arange(20))
+    with pytest.raises(ValueError, match="this pool holds"):
+        with torch.no_grad():
+            mla_model(torch.arange(20)[None], past_key_values=cache, use_cache=True)
+    pool.abort(cache)
+    assert pool.controller.live_requests() == 0

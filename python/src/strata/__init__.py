@@ -62,12 +62,20 @@ from ._strata import (
 )
 
 if cuda_built:
-    from ._strata import gpu_controller
+    from ._strata import gpu_controller, gpu_copier, gpu_transfer, pinned_host_pool
 else:
 
-    def gpu_controller(*args, **kwargs):  # noqa: D401 - same signature as the CUDA build's
-        """Not available: this build of strata has no CUDA parts (STRATA_PYTHON_CUDA=OFF)."""
-        raise Error("strata was built without CUDA: gpu_controller is not available")
+    def _without_cuda(name):
+        def f(*args, **kwargs):
+            raise Error(f"strata was built without CUDA: {name} is not available")
+
+        f.__name__ = name
+        f.__doc__ = "Not available: this build of strata has no CUDA parts (STRATA_PYTHON_CUDA=OFF)."
+        return f
+
+    gpu_controller = _without_cuda("gpu_controller")
+    gpu_copier = _without_cuda("gpu_copier")
+    pinned_host_pool = _without_cuda("pinned_host_pool")
 
 
 def _file_store_open(geometry, pages, options):
