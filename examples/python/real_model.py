@@ -8,16 +8,19 @@ is downloaded).
 1. Correctness, bit-exact. A long random context (8K tokens) is prefilled through strata
    (`StrataKVPool.cache_for` + the model: a `StrataCache`), committed (device -> pinned host by the
    GPU controller, write-through), evicted from the pool whose tensors are then zeroed, and loaded
-   back into the model's cache by the controller with each backend `gpu_controller(force=...)`
-   takes (0 gpu_assisted, 1 dma_batch, 2 staged) and with the automatic choice; 32 tokens are
+   back into the model's cache by the controller with the integration's default (gpu_assisted),
+   the automatic choice, and dma_batch and staged forced; 32 tokens are
    decoded greedily by `model.generate(..., past_key_values=cache)`: logits bitwise equal to a run
    whose DynamicCache never left the GPU. Twice per backend: under two different suffixes of the
    shared prefix (each reloaded from the host), plus a device hit; and through the file tier (host ->
-   file write-through, host copies dropped, loaded back through file -> host -> device).
+   file write-through, host copies dropped, loaded back through file -> host -> device). A control
+   repeats the never-left run (cuDNN's attention, not reproducible run to run, is off in this part).
+   The same checks on a small DeepSeek-V3-shaped model: its MLA latent in strata's MLA layout.
 2. TTFT of a 100-token question on a cached document of 8K / 32K / 64K / 128K tokens:
    (a) recompute (prefill of document + question), (b) per-block DMA (one cudaMemcpyAsync per
    (page, layer, K/V) block from pinned memory, then the forward), (c) strata forced to batched DMA,
-   (d) strata's default (automatic backend, each layer waits only for its own layer's load),
+   (d) strata's default (gpu_assisted loads, each layer waits only for its own layer's load),
+   (d') the same with the controller's automatic backend choice,
    (e) (d) with the document on the file tier only; against the ideal = the document's bytes over
    the bandwidth of one contiguous pinned -> device copy measured in the same run plus the compute of
    the question with the KV already in place (measured). Medians of --reps.
