@@ -2,7 +2,9 @@
 """Hugging Face transformers on strata: a cached prefix reused by ``model.generate`` unchanged.
 
 ``StrataKVPool`` is a paged KV pool in strata's SGLang-like layout (per layer one K and one V tensor
-``[pages * page_tokens, kv_heads, head_dim]``) with a cache controller over it: the CPU controller
+``[pages * page_tokens, kv_heads, head_dim]``; for DeepSeek's multi-head latent attention, whose
+latent transformers caches, one tensor ``[pages * page_tokens, 1, kv_lora_rank + qk_rope_head_dim]``
+in strata's MLA layout) with a cache controller over it: the CPU controller
 for CPU tensors, the GPU one (``gpu_policies``) for CUDA tensors. ``cache_for(tokens)`` submits a
 request, runs the controller's plan (the cached prefix's pages are locked, or loaded from the host
 or file tier) and returns a ``StrataCache``: a ``DynamicCache`` whose layers start with the cached
