@@ -62,8 +62,7 @@ import transformers
 from transformers import DynamicCache, LlamaConfig
 
 import strata
-from strata.transformers import StrataKVPool
-from strata.transformers import _shape_of as kv_shape
+from strata.transformers import StrataKVPool, cache_shape
 
 GIB = float(1 << 30)
 TIER_NAMES = ("device", "host", "file", "remote")
@@ -224,7 +223,7 @@ class Ctx:
     def __init__(self, args, model, dev, dtype):
         self.args, self.model, self.dev, self.dtype = args, model, dev, dtype
         text = model.config
-        shape = kv_shape(text)  # what StrataKVPool makes of the config (K and V, or an MLA latent)
+        shape = cache_shape(text)  # what StrataKVPool makes of the config (K and V, or an MLA latent)
         self.layers = shape.layers
         self.kv_heads = shape.kv_heads
         self.head_dim = shape.head_dim

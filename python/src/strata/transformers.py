@@ -28,13 +28,13 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from . import _strata as _s
 
-__all__ = ["StrataKVPool", "StrataCache", "GPU_ASSISTED"]
+__all__ = ["StrataKVPool", "StrataCache", "CacheShape", "cache_shape", "GPU_ASSISTED"]
 
 #: ``gpu_controller(force=...)`` value of the SM copy kernels: this integration's default backend.
 GPU_ASSISTED = 0
 
 
-class _Shape:
+class CacheShape:
     """What one token of one layer holds in the model's cache: ``planes`` 2 (K and V of ``kv_heads``
     heads of ``head_dim``) or 1 (an MLA latent: the cache's keys are the ``split[0]``-wide compressed
     KV, its values the ``split[1]``-wide rotary key, one row of ``head_dim = split[0] + split[1]``)."""
@@ -43,15 +43,16 @@ class _Shape:
         self.layers, self.kv_heads, self.head_dim, self.planes, self.split = layers, kv_heads, head_dim, planes, split
 
 
-def _shape_of(config) -> _Shape:
+def cache_shape(config) -> CacheShape:
+    """What a model with this config keeps per token and layer in its cache (what a pool for it holds)."""
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     lora, rope = getattr(text, "kv_lora_rank", None), getattr(text, "qk_rope_head_dim", None)
     if lora and rope:  # DeepSeek's multi-head latent attention: transformers caches the latent
-        return _Shape(text.num_hidden_layers, 1, lora + rope, planes=1, split=(lora, rope))
+        return CacheShape(text.num_hidden_layers, 1, lora + rope, planes=1, split=(lora, rope))
     heads = text.num_attention_heads
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    return _Shape(text.num_hidden_layers, kv_heads, head_dim)
+    return CacheShape(text.num_hidden_layers, kv_heads, head_dim)
 
 
 def _tokens(input_ids):
@@ -150,7 +151,7 @@ class StrataKVPool:
 
     def __init__(self, config, device_pages: int, host_pages: int, page_tokens: int = 16, dtype=None,
                  device="cpu", options=None, file_store=None, **gpu):
-        shape = _shape_of(config)
+        shape = cache_shape(config)
         self.shape = shape
         layers, kv_heads, head_dim = shape.layers, shape.kv_heads, shape.head_dim
         if dtype is None:
