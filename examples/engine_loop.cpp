@@ -48,9 +48,7 @@ std::uint64_t page_key(tokens_t const& tokens, std::int64_t p)
   return h;
 }
 std::uint64_t word(std::uint64_t key, std::int64_t layer, std::int64_t plane, std::int64_t w)
-{
-  return mix(key + std::uint64_t(((layer * geo.planes + plane) << 20) + w) * 0x9e3779b97f4a7c15ull);
-}
+{ return mix(key + std::uint64_t(((layer * geo.planes + plane) << 20) + w) * 0x9e3779b97f4a7c15ull); }
 
 /// The "model" computes one layer of page `p` of `tokens` into engine page `page`.
 void compute_layer(layer_first const& pool, tokens_t const& tokens, std::int64_t p, std::int64_t page,

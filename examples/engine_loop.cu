@@ -61,9 +61,7 @@ __host__ __device__ inline std::uint64_t mix(std::uint64_t x)
   return x ^ (x >> 31);
 }
 __host__ __device__ inline std::uint64_t word(std::uint64_t key, std::int64_t layer, std::int64_t plane, std::int64_t w)
-{
-  return mix(key + std::uint64_t(((layer * 2 + plane) << 24) + w) * 0x9e3779b97f4a7c15ull);
-}
+{ return mix(key + std::uint64_t(((layer * 2 + plane) << 24) + w) * 0x9e3779b97f4a7c15ull); }
 /// Keys of every whole page of `tokens`: page p's depends on every token up to its end (chained).
 std::vector<std::uint64_t> page_keys(tokens_t const& tokens)
 {
@@ -116,11 +114,13 @@ __global__ void write_layer(layer_first pool, page_job const* jobs, int n, std::
 class model {
  public:
   explicit model(layer_first pool, int max_tokens, std::size_t max_jobs)
-      : pool_{pool}, gemms_{max_tokens}, jobs_(2 * max_jobs * sizeof(page_job)), staging_(2 * max_jobs * sizeof(page_job)),
-        bad_(sizeof(unsigned long long)), max_jobs_{max_jobs}
-  {
-    STRATA_CUDA_TRY(cudaMemset(bad_.data(), 0, sizeof(unsigned long long)));
-  }
+      : pool_{pool},
+        gemms_{max_tokens},
+        jobs_(2 * max_jobs * sizeof(page_job)),
+        staging_(2 * max_jobs * sizeof(page_job)),
+        bad_(sizeof(unsigned long long)),
+        max_jobs_{max_jobs}
+  { STRATA_CUDA_TRY(cudaMemset(bad_.data(), 0, sizeof(unsigned long long))); }
 
   /// Uploads the batch's page lists, growing the lists' buffers when a batch needs more (the previous
   /// batch's kernels must have finished: the caller syncs).
@@ -144,7 +144,7 @@ class model {
     auto const* jobs = reinterpret_cast<page_job const*>(jobs_.data());
     if (n_read_ > 0) {
       read_layer<<<std::min(n_read_, 264), 512, 0, s>>>(pool_, jobs, n_read_, layer,
-                                                         reinterpret_cast<unsigned long long*>(bad_.data()));
+                                                        reinterpret_cast<unsigned long long*>(bad_.data()));
     }
     gemms_.layer(tokens_, s);
     if (n_write_ > 0) { write_layer<<<std::min(n_write_, 264), 512, 0, s>>>(pool_, jobs + max_jobs_, n_write_, layer); }
@@ -231,14 +231,15 @@ struct engine {
       auto const table = cache.page_table(it.id);
       tokens += int(it.chunk_tokens);
       for (std::int64_t p = it.context_tokens / geo.page_tokens;
-           p < std::min<std::int64_t>((it.context_tokens + it.chunk_tokens) / geo.page_tokens, std::int64_t(r.keys.size()));
+           p <
+           std::min<std::int64_t>((it.context_tokens + it.chunk_tokens) / geo.page_tokens, std::int64_t(r.keys.size()));
            ++p) {
         write.push_back({table[std::size_t(p)], r.keys[std::size_t(p)]});
       }
     }
     m.set_batch(read, write, tokens, compute);
     for (std::int64_t l = 0; l < geo.layers; ++l) {
-      if (!wait_layer(loads, l, compute)) {  // loads failed: the controller requeues the requests
+      if (!wait_layer(loads, l, compute)) {               // loads failed: the controller requeues the requests
         STRATA_CUDA_TRY(cudaStreamSynchronize(compute));  // the batch's staging copies are done with
         (void)cache.complete(loads);
         return {};
@@ -348,8 +349,8 @@ int main(int argc, char** argv)
     std::printf("engine_loop_gpu: no CUDA device\n");
     return 77;
   }
-  std::vector<std::int64_t> const doc_tokens = quick ? std::vector<std::int64_t>{4096, 8192}
-                                                     : std::vector<std::int64_t>{8192, 16384, 32768};
+  std::vector<std::int64_t> const doc_tokens =
+      quick ? std::vector<std::int64_t>{4096, 8192} : std::vector<std::int64_t>{8192, 16384, 32768};
   std::int64_t const measured_doc = quick ? 8192 : 32768;
   int const questions = quick ? 2 : 3;
   std::int64_t const largest = *std::max_element(doc_tokens.begin(), doc_tokens.end());
@@ -363,8 +364,9 @@ int main(int argc, char** argv)
   detail::device_buffer memory(std::size_t(device_pages * geo.page_bytes()));
   layer_first const pool{memory.data(), geo, device_pages};
   char const* file_dir = std::getenv("STRATA_FILE_DIR");
-  std::filesystem::path const dir = std::filesystem::path(file_dir != nullptr ? file_dir : std::filesystem::temp_directory_path().string()) /
-                                    ("strata_engine_loop_" + std::to_string(::getpid()));
+  std::filesystem::path const dir =
+      std::filesystem::path(file_dir != nullptr ? file_dir : std::filesystem::temp_directory_path().string()) /
+      ("strata_engine_loop_" + std::to_string(::getpid()));
   file_store_options fo;
   fo.directory = dir.string();
   fo.tag = "Llama-3.1-8B/bf16 (engine_loop_gpu)";
@@ -376,12 +378,13 @@ int main(int argc, char** argv)
   model m{pool, 8192, std::size_t(device_pages)};
   engine e{cache, m, compute};
 
-  std::printf("engine_loop_gpu: %s, 32-token pages (%lld MiB), device pool %lld pages (%lld tokens, %.1f GiB), "
-              "pinned host tier %lld pages (%.1f GiB), file tier %lld pages in %s\n",
-              models::llama31_8b.name, (long long)(geo.page_bytes() >> 20), (long long)device_pages,
-              (long long)(device_pages * geo.page_tokens), double(device_pages * geo.page_bytes()) / double(1 << 30),
-              (long long)host_pages, double(host_pages * geo.page_bytes()) / double(1 << 30), (long long)disk.capacity(),
-              dir.string().c_str());
+  std::printf(
+      "engine_loop_gpu: %s, 32-token pages (%lld MiB), device pool %lld pages (%lld tokens, %.1f GiB), "
+      "pinned host tier %lld pages (%.1f GiB), file tier %lld pages in %s\n",
+      models::llama31_8b.name, (long long)(geo.page_bytes() >> 20), (long long)device_pages,
+      (long long)(device_pages * geo.page_tokens), double(device_pages * geo.page_bytes()) / double(1 << 30),
+      (long long)host_pages, double(host_pages * geo.page_bytes()) / double(1 << 30), (long long)disk.capacity(),
+      dir.string().c_str());
 
   std::atomic<bool> stop{false};
   std::thread poller{[&] {  // completions (backups, demotions) progress off the engine's thread
@@ -419,10 +422,11 @@ int main(int argc, char** argv)
     }
     for (auto id : e.batch()) {
       live_request const& r = e.live.at(id);
-      std::printf("request %3llu  doc %d turn %d: %6zu prompt tokens, cached pages device %4lld host %4lld, TTFT "
-                  "%8.2f ms\n",
-                  (unsigned long long)id, convs[std::size_t(r.conversation)].document, r.turn, r.prompt.size(),
-                  (long long)r.cached_pages[0], (long long)r.cached_pages[1], r.ttft_ms);
+      std::printf(
+          "request %3llu  doc %d turn %d: %6zu prompt tokens, cached pages device %4lld host %4lld, TTFT "
+          "%8.2f ms\n",
+          (unsigned long long)id, convs[std::size_t(r.conversation)].document, r.turn, r.prompt.size(),
+          (long long)r.cached_pages[0], (long long)r.cached_pages[1], r.ttft_ms);
       int const c = r.conversation;
       convs[std::size_t(c)].history = e.answer_and_release(id);
       convs[std::size_t(c)].busy = false;
@@ -536,7 +540,8 @@ int main(int argc, char** argv)
     for (std::int64_t i = 0; i < doc_pages; ++i) {
       read_jobs.push_back({table[std::size_t(i)], keys[std::size_t(i)]});
     }
-    std::vector<page_job> const write_jobs{{table[std::size_t(doc_pages)], keys.size() > std::size_t(doc_pages) ? keys[std::size_t(doc_pages)] : 0}};
+    std::vector<page_job> const write_jobs{
+        {table[std::size_t(doc_pages)], keys.size() > std::size_t(doc_pages) ? keys[std::size_t(doc_pages)] : 0}};
     m.set_batch(read_jobs, write_jobs, 100, compute);
     STRATA_CUDA_TRY(cudaStreamSynchronize(compute));
     a.record(compute);
@@ -574,10 +579,11 @@ int main(int argc, char** argv)
     std::int64_t const up = cache.stats().prefetched_pages - prefetched;
     file_pages_loaded = ffrom[std::size_t(tier::file)] + std::min(up, ffrom[std::size_t(tier::host)]);
     if (file_pages_loaded != doc_pages) {
-      std::printf("measurement: expected %lld pages from the file tier (directly or prefetched), got %lld "
-                  "(%lld from the file tier, %lld prefetched, %lld from the host)\n",
-                  (long long)doc_pages, (long long)file_pages_loaded, (long long)ffrom[std::size_t(tier::file)],
-                  (long long)up, (long long)ffrom[std::size_t(tier::host)]);
+      std::printf(
+          "measurement: expected %lld pages from the file tier (directly or prefetched), got %lld "
+          "(%lld from the file tier, %lld prefetched, %lld from the host)\n",
+          (long long)doc_pages, (long long)file_pages_loaded, (long long)ffrom[std::size_t(tier::file)], (long long)up,
+          (long long)ffrom[std::size_t(tier::host)]);
       file_path_ok = false;
     }
 
@@ -615,15 +621,17 @@ int main(int argc, char** argv)
   std::printf("\n%lld-token document from the host tier (%.2f GiB), median of %d:\n", (long long)measured_doc,
               double(bytes) / (1 << 30), reps);
   std::printf("| measure | value | reference | ratio | target |\n|---|---|---|---|---|\n");
-  std::printf("| (a) load bandwidth through the controller | %.1f GB/s | contiguous cudaMemcpyAsync %.1f GB/s | %.3f | "
-              ">= 0.9 |\n",
-              gbps, ref_gbps, ratio_a);
+  std::printf(
+      "| (a) load bandwidth through the controller | %.1f GB/s | contiguous cudaMemcpyAsync %.1f GB/s | %.3f | "
+      ">= 0.9 |\n",
+      gbps, ref_gbps, ratio_a);
   std::printf("| (b) TTFT, 100-token question | %.2f ms | load %.2f ms + compute %.2f ms | %.3f | <= 1.2 |\n",
               median(ttft_ms), median(load_ms), median(compute_ms), ratio_b);
-  std::printf("| (c) TTFT, document on the file tier only | %.2f ms | sequential read of the bytes %.2f ms (%.2f GB/s) "
-              "+ (b) %.2f ms | %.3f | |\n",
-              median(file_ttft_ms), median(disk_ms), double(bytes) / (median(disk_ms) * 1e6), median(ttft_ms),
-              median(file_ttft_ms) / (median(disk_ms) + median(ttft_ms)));
+  std::printf(
+      "| (c) TTFT, document on the file tier only | %.2f ms | sequential read of the bytes %.2f ms (%.2f GB/s) "
+      "+ (b) %.2f ms | %.3f | |\n",
+      median(file_ttft_ms), median(disk_ms), double(bytes) / (median(disk_ms) * 1e6), median(ttft_ms),
+      median(file_ttft_ms) / (median(disk_ms) + median(ttft_ms)));
   std::printf("| (c') the same against the host-tier hit | %.2f ms | (b) %.2f ms | %.3f | |\n", median(file_ttft_ms),
               median(ttft_ms), median(file_ttft_ms) / median(ttft_ms));
   std::printf("| (d) TTFT, nothing cached (recompute) | %.2f ms | (c) file-tier hit %.2f ms | %.3f | |\n",

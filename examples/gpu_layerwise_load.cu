@@ -23,7 +23,9 @@ __global__ void attention_stand_in(strata::layer_first_table pool, strata::page_
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     for (int plane = 0; plane < g.planes; ++plane) {
       auto const* w = reinterpret_cast<unsigned long long const*>(pool.block(pages[i].dst, layer, plane).data);
-      for (long long j = threadIdx.x; j < g.block_bytes() / 8; j += blockDim.x) { sum += w[j]; }
+      for (long long j = threadIdx.x; j < g.block_bytes() / 8; j += blockDim.x) {
+        sum += w[j];
+      }
     }
   }
   atomicAdd(checksum, sum);
@@ -44,7 +46,9 @@ int main()
   // Host tier: a pinned pool holding the prefix's records (filled here by the CPU).
   pinned_host_pool host{g, 256};
   auto const slots = host.slots().allocate(prefix_pages);
-  for (auto s : slots) { std::fill_n(host.layout().page_data(s), g.page_bytes(), std::byte{1}); }
+  for (auto s : slots) {
+    std::fill_n(host.layout().page_data(s), g.page_bytes(), std::byte{1});
+  }
 
   // Engine: SGLang-style per-layer K and V tensors of 512 pages each.
   std::int64_t const device_pages = 512;
@@ -59,7 +63,9 @@ int main()
   layer_first_table const engine = sglang_layout(k_ptr, v_ptr, g, device_pages);
 
   std::vector<page_pair> pages;
-  for (std::int64_t i = 0; i < prefix_pages; ++i) { pages.push_back({slots[std::size_t(i)], 3 * i + 1}); }
+  for (std::int64_t i = 0; i < prefix_pages; ++i) {
+    pages.push_back({slots[std::size_t(i)], 3 * i + 1});
+  }
   detail::device_buffer device_pages_list(pages.size() * sizeof(page_pair));
   STRATA_CUDA_TRY(cudaMemcpy(device_pages_list.data(), pages.data(), device_pages_list.size(), cudaMemcpyHostToDevice));
   detail::device_buffer checksum(sizeof(unsigned long long));
@@ -71,8 +77,8 @@ int main()
     STRATA_CUDA_TRY(cudaMemsetAsync(checksum.data(), 0, checksum.size(), compute));
     detail::cuda_event start{true}, end{true};
     start.record(copy);
-    transfer_handle const h = submit(
-      loader, copy_plan{host.layout(), engine, std::span<page_pair const>{pages}, layer_range::all(g)}, copy);
+    transfer_handle const h =
+        submit(loader, copy_plan{host.layout(), engine, std::span<page_pair const>{pages}, layer_range::all(g)}, copy);
     for (std::int64_t l = 0; l < g.layers; ++l) {
       wait_layer(h, l, compute);  // only this layer, not the whole load
       attention_stand_in<<<132, 256, 0, compute>>>(engine, reinterpret_cast<page_pair const*>(device_pages_list.data()),
@@ -86,15 +92,16 @@ int main()
     unsigned long long sum = 0;
     STRATA_CUDA_TRY(cudaMemcpy(&sum, checksum.data(), sizeof sum, cudaMemcpyDeviceToHost));
     if (how == nullptr) { return sum == expected; }  // warm-up: kernels loaded, pages touched
-    std::printf("%s: loaded %lld pages (%lld MiB) and ran %lld layers of attention in %.2f ms (%.1f GB/s): checksum %s\n",
-                how, (long long)prefix_pages, (long long)(prefix_pages * g.page_bytes()) >> 20, (long long)g.layers, ms,
-                double(prefix_pages * g.page_bytes()) / (ms * 1e-3) / 1e9, sum == expected ? "ok" : "WRONG");
+    std::printf(
+        "%s: loaded %lld pages (%lld MiB) and ran %lld layers of attention in %.2f ms (%.1f GB/s): checksum %s\n", how,
+        (long long)prefix_pages, (long long)(prefix_pages * g.page_bytes()) >> 20, (long long)g.layers, ms,
+        double(prefix_pages * g.page_bytes()) / (ms * 1e-3) / 1e9, sum == expected ? "ok" : "WRONG");
     return sum == expected;
   };
 
   // 1. Plain streams: the copy kernels hold 2 SMs; the engine sizes its GEMMs to the rest.
-  std::printf("copy kernels hold %d SMs; size GEMMs with cublasSetSmCountTarget(handle, %d)\n",
-              loader.config().ctas, sms_left_for_compute(loader.config()));
+  std::printf("copy kernels hold %d SMs; size GEMMs with cublasSetSmCountTarget(handle, %d)\n", loader.config().ctas,
+              sms_left_for_compute(loader.config()));
   detail::cuda_stream copy_stream, compute_stream;
   bool ok = load_and_attend(copy_stream.get(), compute_stream.get(), nullptr);
   ok = load_and_attend(copy_stream.get(), compute_stream.get(), "streams") && ok;
@@ -102,8 +109,9 @@ int main()
   // 2. Green contexts: the copies confined to their own partition, every engine kernel to the rest.
   if (sm_partition::supported()) {
     sm_partition const partition{loader.config().ctas};
-    std::printf("green contexts: copy partition %d SMs, compute partition %d SMs (cublasSetSmCountTarget(handle, %d))\n",
-                partition.copy_sms(), partition.compute_sms(), partition.compute_sms());
+    std::printf(
+        "green contexts: copy partition %d SMs, compute partition %d SMs (cublasSetSmCountTarget(handle, %d))\n",
+        partition.copy_sms(), partition.compute_sms(), partition.compute_sms());
     ok = load_and_attend(partition.copy_stream(), partition.compute_stream(), "partition") && ok;
   } else {
     std::printf("green contexts: not offered by this driver\n");

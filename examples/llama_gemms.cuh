@@ -14,12 +14,12 @@
 
 namespace strata::examples {
 
-#define STRATA_EXAMPLE_CUBLAS(call)                                                                        \
-  do {                                                                                                     \
-    cublasStatus_t const s_ = (call);                                                                      \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                     \
+#define STRATA_EXAMPLE_CUBLAS(call)                                                                      \
+  do {                                                                                                   \
+    cublasStatus_t const s_ = (call);                                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                   \
       throw ::strata::cuda_error(::strata::detail::concat("cuBLAS call ", #call, " failed: ", int(s_))); \
-    }                                                                                                      \
+    }                                                                                                    \
   } while (0)
 
 namespace detail_gemm {
@@ -77,9 +77,9 @@ class llama_layer_gemms {
     gemm(w_d_, h_, hidden, mlp, tokens);
   }
 
-  static constexpr int hidden = 4096;        ///< model width
+  static constexpr int hidden = 4096;          ///< model width
   static constexpr int qkv = 4096 + 2 * 1024;  ///< 32 query heads, 8 K and 8 V heads of 128
-  static constexpr int mlp = 14336;          ///< MLP width
+  static constexpr int mlp = 14336;            ///< MLP width
 
  private:
   // Y (n x m) = W (n x k) * X (k x m), column-major, bf16 in and out, fp32 accumulation.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs strata's whole test suite.
 #
+#   0. scripts/format.sh --check: the sources are formatted with the pinned clang-format.
 #   1. build/       the default configuration: every test, example and benchmark builds; the CUDA
 #                   parts too when nvcc is found. ctest runs all tests; [gpu] tests skip without a GPU.
 #   2. build-asan/  host-only, with AddressSanitizer and UndefinedBehaviorSanitizer: the [cpu] tests.
@@ -16,6 +17,8 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 strata_require_packages cmake make g++ catch2 libbenchmark-dev
 jobs=$(strata_jobs)
+
+scripts/format.sh --check
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$jobs"

@@ -24,12 +24,14 @@ __device__ __forceinline__ uint4 load(uint4 const* p)
     r = __ldcs(p);
   } else if constexpr (V == 1) {
     asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
   } else if constexpr (V == 2) {
     asm("ld.global.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   } else if constexpr (V == 3) {
     asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
   } else if constexpr (V == 4) {
     r = *p;
   } else {
@@ -38,8 +40,12 @@ __device__ __forceinline__ uint4 load(uint4 const* p)
   return r;
 }
 
-char const* const names[] = {"__ldcs (evict-first)", "ld.nc.L1::no_allocate.L2::256B", "ld.L2::256B",
-                             "ld.nc.L1::no_allocate.L2::128B", "plain ld", "__ldg"};
+char const* const names[] = {"__ldcs (evict-first)",
+                             "ld.nc.L1::no_allocate.L2::256B",
+                             "ld.L2::256B",
+                             "ld.nc.L1::no_allocate.L2::128B",
+                             "plain ld",
+                             "__ldg"};
 
 template <int V, int Unroll>
 __global__ void __launch_bounds__(1024) probe(std::byte* const* src, std::byte* const* dst, int blocks, int vectors)
@@ -101,7 +107,8 @@ int main()
     if (r >= 0) { ref.push_back(double(bytes) / (bench::elapsed_ms(a.get(), b.get()) * 1e-3) / 1e9); }
   }
   double const contiguous = bench::median(ref);
-  std::printf("# copy probe: 1 GiB in 64 KiB blocks, host -> device; contiguous cudaMemcpyAsync %.1f GB/s\n", contiguous);
+  std::printf("# copy probe: 1 GiB in 64 KiB blocks, host -> device; contiguous cudaMemcpyAsync %.1f GB/s\n",
+              contiguous);
   std::printf("| load | CTAs x threads | unroll | contiguous blocks GB/s | ratio | scattered blocks GB/s | ratio |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // What loads cost the kernels beside them, and whether choose_transfer picks well.
 //
-// Workloads (each captured in a CUDA graph, as engines launch decode): a Llama-3.1-8B-shaped prefill (per layer the QKV, output, gate/up and down GEMMs in
-// bf16 through cuBLAS, 4,096 new tokens, 32 layers) and decode step (the same GEMMs for 64 tokens).
-// Loads: an 8K-token context (32-token pages) from the pinned pool into a layer-first pool at random
-// slots, 8 KV heads (1 GiB) and 1 KV head (TP8 shard, 128 MiB), streamed back to back.
+// Workloads (each captured in a CUDA graph, as engines launch decode): a Llama-3.1-8B-shaped prefill (per layer the
+// QKV, output, gate/up and down GEMMs in bf16 through cuBLAS, 4,096 new tokens, 32 layers) and decode step (the same
+// GEMMs for 64 tokens). Loads: an 8K-token context (32-token pages) from the pinned pool into a layer-first pool at
+// random slots, 8 KV heads (1 GiB) and 1 KV head (TP8 shard, 128 MiB), streamed back to back.
 //
 // Part 1 (interference): for each way of loading, the workload's time alone and with loads
 // streaming beside it (median of reps, interleaved), and the loads' bandwidth meanwhile. The
@@ -31,7 +31,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <thread>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,23 +38,25 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 using namespace strata;
 
 namespace {
 
-#define BENCH_CUBLAS(call)                                                                   \
-  do {                                                                                       \
-    cublasStatus_t const s_ = (call);                                                        \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+#define BENCH_CUBLAS(call)                                                                        \
+  do {                                                                                            \
+    cublasStatus_t const s_ = (call);                                                             \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                            \
       throw cuda_error(detail::concat("cuBLAS call ", #call, " failed: ", static_cast<int>(s_))); \
-    }                                                                                        \
+    }                                                                                             \
   } while (0)
 
 __global__ void fill_bf16(__nv_bfloat16* p, std::size_t n, std::uint32_t seed)
 {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
     std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
     x ^= x >> 13;
     x *= 0x5bd1e995u;
@@ -65,7 +66,9 @@ __global__ void fill_bf16(__nv_bfloat16* p, std::size_t n, std::uint32_t seed)
 
 __global__ void sleep_kernel(unsigned ns)
 {
-  for (unsigned t = 0; t < ns; t += 1000) { __nanosleep(1000); }
+  for (unsigned t = 0; t < ns; t += 1000) {
+    __nanosleep(1000);
+  }
 }
 
 /// Llama-3.1-8B's per-layer GEMMs for `tokens` new tokens, 32 layers, one weight set reused.
@@ -92,7 +95,9 @@ class llama_gemms {
   }
   ~llama_gemms()
   {
-    for (auto& [key, exec] : graphs_) { cudaGraphExecDestroy(exec); }
+    for (auto& [key, exec] : graphs_) {
+      cudaGraphExecDestroy(exec);
+    }
     cublasDestroy(handle_);
   }
   llama_gemms(llama_gemms const&) = delete;
@@ -144,7 +149,8 @@ class llama_gemms {
   {
     float const alpha = 1, beta = 0;
     BENCH_CUBLAS(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, n, m_, k, &alpha, w.data(), CUDA_R_16BF, n, x.data(),
-                              CUDA_R_16BF, k, &beta, y.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                              CUDA_R_16BF, k, &beta, y.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
   }
 
   int m_;
@@ -160,7 +166,7 @@ using load_plan = copy_plan<page_first_chunked, layer_first>;
 struct option {
   std::string name;
   std::function<transfer_handle(load_plan const&, cudaStream_t)> submit;
-  int sm_target = 0;  // cuBLAS SM count target while it runs beside compute (0: all SMs)
+  int sm_target = 0;                        // cuBLAS SM count target while it runs beside compute (0: all SMs)
   sm_partition const* partition = nullptr;  // green contexts: compute and loads on its streams
 };
 
@@ -280,21 +286,26 @@ int main(int argc, char** argv)
   bench::report choice_csv{"choice.csv", "kv_heads,scenario,option,measured_ms,predicted_ms,chosen,best"};
   std::mt19937_64 rng{7};
 
-  std::printf("| KV heads | workload | option | alone ms | with loads ms | slowdown | load GB/s beside | vs contiguous |\n");
+  std::printf(
+      "| KV heads | workload | option | alone ms | with loads ms | slowdown | load GB/s beside | vs contiguous |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (std::int64_t tp : {1, 8}) {
     kv_geometry const g = models::llama31_8b.geometry(32, 2, tp);
     std::int64_t const n = 8192 / 32;
     pinned_host_pool pool{g, n};
     auto const host = pool.layout();
-    for (std::int64_t p = 0; p < n; ++p) { std::memset(host.page_data(p), int(p % 251) + 1, std::size_t(g.page_bytes())); }
+    for (std::int64_t p = 0; p < n; ++p) {
+      std::memset(host.page_data(p), int(p % 251) + 1, std::size_t(g.page_bytes()));
+    }
     detail::device_buffer dev(std::size_t(2 * n * g.page_bytes()));
     layer_first const device{dev.data(), g, 2 * n};
     std::vector<std::int64_t> slots(std::size_t(2 * n));
     std::iota(slots.begin(), slots.end(), 0);
     std::shuffle(slots.begin(), slots.end(), rng);
     std::vector<page_pair> map;
-    for (std::int64_t i = 0; i < n; ++i) { map.push_back({i, slots[std::size_t(i)]}); }
+    for (std::int64_t i = 0; i < n; ++i) {
+      map.push_back({i, slots[std::size_t(i)]});
+    }
     load_plan const plan{host, device, std::span<page_pair const>{map}, layer_range::all(g)};
 
     // The options. Backends live as long as the options.
@@ -317,9 +328,10 @@ int main(int argc, char** argv)
       for (int target : {0, partition->compute_sms()}) {
         auto b = std::make_shared<gpu_assisted>(gpu_assisted_config{2, 1024});
         keep.push_back(b);
-        options.push_back({target == 0 ? "gpu_assisted/2, green contexts" : "gpu_assisted/2, green contexts + SM target",
-                           [b](load_plan const& p, cudaStream_t s) { return submit(*b, p, s, completion::whole); },
-                           target, &*partition});
+        options.push_back(
+            {target == 0 ? "gpu_assisted/2, green contexts" : "gpu_assisted/2, green contexts + SM target",
+             [b](load_plan const& p, cudaStream_t s) { return submit(*b, p, s, completion::whole); }, target,
+             &*partition});
       }
     }
     {
@@ -332,7 +344,8 @@ int main(int argc, char** argv)
     {
       auto b = std::make_shared<staged>();
       keep.push_back(b);
-      options.push_back({"staged", [b](load_plan const& p, cudaStream_t s) { return submit(*b, p, s, completion::whole); }});
+      options.push_back(
+          {"staged", [b](load_plan const& p, cudaStream_t s) { return submit(*b, p, s, completion::whole); }});
     }
     if (partition) {  // green contexts: the relays run in the copy partition (the caller's stream's context)
       for (int target : {0, partition->compute_sms()}) {  // and the GEMMs sized to the SMs left, or not
@@ -428,11 +441,13 @@ int main(int argc, char** argv)
       double compute_alone = 0;
       if (sc.w != nullptr) {
         std::vector<double> v;
-        for (int r = 0; r < reps; ++r) { v.push_back(time_compute(*sc.w, compute.get(), sc.passes)); }
+        for (int r = 0; r < reps; ++r) {
+          v.push_back(time_compute(*sc.w, compute.get(), sc.passes));
+        }
         compute_alone = bench::median(v);
       }
-      transfer_situation const situation{sc.w == nullptr ? gpu_activity::idle : sc.w->activity,
-                                         double(plan.bytes()), compute_alone, 1};
+      transfer_situation const situation{sc.w == nullptr ? gpu_activity::idle : sc.w->activity, double(plan.bytes()),
+                                         compute_alone, 1};
       std::size_t const chosen = choose_transfer(profile, situation);
       std::vector<double> measured(options.size());
       for (std::size_t i = 0; i < options.size(); ++i) {
@@ -444,9 +459,10 @@ int main(int argc, char** argv)
         measured[i] = bench::median(v);
       }
       std::size_t const best = std::size_t(std::min_element(measured.begin(), measured.end()) - measured.begin());
-      std::printf("\n%lld KV heads, %s (compute alone %.2f ms): chose %s, %.2f ms; best fixed %s, %.2f ms; ratio %.3f\n",
-                  (long long)g.kv_heads, sc.name, compute_alone, options[chosen].name.c_str(), measured[chosen],
-                  options[best].name.c_str(), measured[best], measured[chosen] / measured[best]);
+      std::printf(
+          "\n%lld KV heads, %s (compute alone %.2f ms): chose %s, %.2f ms; best fixed %s, %.2f ms; ratio %.3f\n",
+          (long long)g.kv_heads, sc.name, compute_alone, options[chosen].name.c_str(), measured[chosen],
+          options[best].name.c_str(), measured[best], measured[chosen] / measured[best]);
       for (std::size_t i = 0; i < options.size(); ++i) {
         std::ostringstream row;
         row << g.kv_heads << "," << sc.name << "," << options[i].name << "," << measured[i] << ","

@@ -58,14 +58,18 @@ class sampled_check {
     runs_.clear();
     kv_geometry const g = plan_.src.geometry();
     std::vector<page_pair> picks{plan_.pages.front(), plan_.pages.back()};
-    for (int i = 0; i < 6; ++i) { picks.push_back(plan_.pages[rng_() % plan_.pages.size()]); }
+    for (int i = 0; i < 6; ++i) {
+      picks.push_back(plan_.pages[rng_() % plan_.pages.size()]);
+    }
     for (page_pair const& p : picks) {
       auto const l = static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(g.layers));
       for_each_run(copy_plan{plan_.src, plan_.dst, std::span<page_pair const>{&p, 1}, layer_range::one(l)},
                    [this](copy_run const& r) { runs_.push_back(r); });
     }
     std::int64_t longest = 0;
-    for (auto const& r : runs_) { longest = std::max(longest, r.bytes); }
+    for (auto const& r : runs_) {
+      longest = std::max(longest, r.bytes);
+    }
     if (static_cast<std::int64_t>(poison_.size()) < longest) {
       poison_ = detail::pinned_buffer{static_cast<std::size_t>(longest)};
       std::memset(poison_.data(), 0xA5, poison_.size());
@@ -166,9 +170,9 @@ struct table {
   bool all_ok = true;
 
   template <class Backend, class Host, class Device>
-  void run(char const* label, std::int64_t page, std::int64_t context, char const* name, Backend& backend, bool threaded,
-           completion c, copy_plan<Host, Device> const& load, copy_plan<Device, Host> const& backup, double ref_load,
-           double ref_backup, int reps)
+  void run(char const* label, std::int64_t page, std::int64_t context, char const* name, Backend& backend,
+           bool threaded, completion c, copy_plan<Host, Device> const& load, copy_plan<Device, Host> const& backup,
+           double ref_load, double ref_backup, int reps)
   {
     std::int64_t const bytes = load.bytes();
     for (int dir = 0; dir < 2; ++dir) {
@@ -176,8 +180,10 @@ struct table {
       auto measure = [&](auto const& plan) {
         sampled_check check{plan, rng};
         return time_transfer(
-          [&](cudaStream_t st) { return threaded ? thread.submit(backend, plan, st, c) : submit(backend, plan, st, c); },
-          check, bytes, reps, stream, ok);
+            [&](cudaStream_t st) {
+              return threaded ? thread.submit(backend, plan, st, c) : submit(backend, plan, st, c);
+            },
+            check, bytes, reps, stream, ok);
       };
       measured const m = dir == 0 ? measure(load) : measure(backup);
       all_ok = all_ok && ok;
@@ -212,9 +218,10 @@ int main(int argc, char** argv)
   std::printf("# bench_transfer on %s (%d SMs), %d repetitions, median\n", prop.name, prop.multiProcessorCount, reps);
   std::printf("# dma_batch: batch API %s\n", dma_batch::batch_api_available() ? "available" : "MISSING (fallback)");
 
-  bench::report csv{"transfer.csv",
-                    "model,kv_heads,page_tokens,context,direction,backend,GBps,vs_contiguous,caller_cpu_ms,process_cpu_ms,"
-                    "contiguous_GBps,check"};
+  bench::report csv{
+      "transfer.csv",
+      "model,kv_heads,page_tokens,context,direction,backend,GBps,vs_contiguous,caller_cpu_ms,process_cpu_ms,"
+      "contiguous_GBps,check"};
   detail::cuda_stream stream;
   submit_thread thread;
   std::mt19937_64 rng{2026};
@@ -240,7 +247,9 @@ int main(int argc, char** argv)
         {  // non-zero data
           auto* w = reinterpret_cast<std::uint64_t*>(host.page_data(0));
           std::size_t const words = static_cast<std::size_t>(pool.bytes() / 8);
-          for (std::size_t i = 0; i < words; ++i) { w[i] = i * 0x9E3779B97F4A7C15ull; }
+          for (std::size_t i = 0; i < words; ++i) {
+            w[i] = i * 0x9E3779B97F4A7C15ull;
+          }
         }
         std::vector<std::int64_t> slots(static_cast<std::size_t>(2 * n));
         std::iota(slots.begin(), slots.end(), 0);
@@ -300,7 +309,9 @@ int main(int argc, char** argv)
     {
       auto* w = reinterpret_cast<std::uint64_t*>(host.page_data(0));
       std::size_t const words = static_cast<std::size_t>(pool.bytes() / 8);
-      for (std::size_t i = 0; i < words; ++i) { w[i] = i * 0x9E3779B97F4A7C15ull + 1; }
+      for (std::size_t i = 0; i < words; ++i) {
+        w[i] = i * 0x9E3779B97F4A7C15ull + 1;
+      }
     }
     std::vector<std::int64_t> slots(static_cast<std::size_t>(2 * n));
     std::iota(slots.begin(), slots.end(), 0);
@@ -347,7 +358,8 @@ int main(int argc, char** argv)
 
   // Descriptors per batch call, Llama-3.1-8B, 32-token pages, 8K context, and its TP8 shard.
   bench::report sweep{"batch_sweep.csv", "model,kv_heads,descriptors_per_call,GBps,vs_contiguous,caller_cpu_ms"};
-  std::printf("\n| model | descriptors per call | load GB/s | vs contiguous | caller CPU ms |\n|---|---|---|---|---|\n");
+  std::printf(
+      "\n| model | descriptors per call | load GB/s | vs contiguous | caller CPU ms |\n|---|---|---|---|---|\n");
   for (std::int64_t tp : {1, 8}) {
     kv_geometry const g = models::llama31_8b.geometry(32, 2, tp);
     std::int64_t const n = 8192 / 32;
@@ -355,13 +367,15 @@ int main(int argc, char** argv)
     detail::device_buffer dev(static_cast<std::size_t>(2 * n * g.page_bytes()));
     layer_first const device{dev.data(), g, 2 * n};
     std::vector<page_pair> map;
-    for (std::int64_t i = 0; i < n; ++i) { map.push_back({i, 2 * n - 1 - 2 * i}); }
+    for (std::int64_t i = 0; i < n; ++i) {
+      map.push_back({i, 2 * n - 1 - 2 * i});
+    }
     copy_plan const load{pool.layout(), device, std::span<page_pair const>{map}, layer_range::all(g)};
     double const ref = contiguous_gbps(dev.data(), pool.layout().page_data(0), load.bytes(), reps, stream.get());
     for (std::size_t per_call : {128, 256, 512, 1024, 2048, 4096, 16384}) {
       dma_batch b{{.descriptors_per_call = per_call}};
       measured const m = time_unchecked([&](cudaStream_t st) { return submit(b, load, st, completion::whole); },
-                                       load.bytes(), reps, stream.get());
+                                        load.bytes(), reps, stream.get());
       std::printf("| %s | %zu | %.1f | %.3f | %.2f |\n", tp == 1 ? "llama3.1-8b" : "llama3.1-8b-tp8", per_call, m.gbps,
                   m.gbps / ref, m.caller_cpu_ms);
       std::ostringstream row;

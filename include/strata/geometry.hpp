@@ -41,19 +41,13 @@ struct kv_geometry {
   [[nodiscard]] STRATA_HOST_DEVICE constexpr std::int64_t row_bytes() const noexcept { return kv_heads * head_bytes(); }
   /// @brief Bytes of one (page, layer, plane) block.
   [[nodiscard]] STRATA_HOST_DEVICE constexpr std::int64_t block_bytes() const noexcept
-  {
-    return page_tokens * row_bytes();
-  }
+  { return page_tokens * row_bytes(); }
   /// @brief Bytes of one page: every layer and plane of `page_tokens` tokens.
   [[nodiscard]] STRATA_HOST_DEVICE constexpr std::int64_t page_bytes() const noexcept
-  {
-    return layers * planes * block_bytes();
-  }
+  { return layers * planes * block_bytes(); }
   /// @brief KV bytes of one token over all layers and planes (128 KiB for Llama-3.1-8B in bf16).
   [[nodiscard]] STRATA_HOST_DEVICE constexpr std::int64_t token_bytes() const noexcept
-  {
-    return layers * planes * row_bytes();
-  }
+  { return layers * planes * row_bytes(); }
   /// @brief Blocks per page: `layers * planes`.
   [[nodiscard]] STRATA_HOST_DEVICE constexpr std::int64_t blocks_per_page() const noexcept { return layers * planes; }
 

@@ -31,9 +31,7 @@ enum device_kind : int { dl_cpu = 1, dl_cuda = 2, dl_cuda_host = 3, dl_cuda_mana
 
 /// @brief Whether the CPU may read and write memory of this DLPack device type.
 inline bool cpu_accessible(int device_type) noexcept
-{
-  return device_type == dl_cpu || device_type == dl_cuda_host || device_type == dl_cuda_managed;
-}
+{ return device_type == dl_cpu || device_type == dl_cuda_host || device_type == dl_cuda_managed; }
 
 inline std::string device_name(int type, int id)
 {
@@ -53,14 +51,10 @@ inline std::string device_name(int type, int id)
 
 template <class... Args>
 [[noreturn]] void raise_value(Args const&... args)
-{
-  throw nb::value_error(detail::concat(args...).c_str());
-}
+{ throw nb::value_error(detail::concat(args...).c_str()); }
 template <class... Args>
 [[noreturn]] void raise_type(Args const&... args)
-{
-  throw nb::type_error(detail::concat(args...).c_str());
-}
+{ throw nb::type_error(detail::concat(args...).c_str()); }
 
 inline std::string shape_of(nb::ndarray<> const& a)
 {
@@ -323,9 +317,7 @@ struct type_caster<strata::python::token_ids> {
     return true;
   }
   static handle from_cpp(strata::python::token_ids const& t, rv_policy p, cleanup_list* c) noexcept
-  {
-    return make_caster<std::vector<std::int32_t>>::from_cpp(t.v, p, c);
-  }
+  { return make_caster<std::vector<std::int32_t>>::from_cpp(t.v, p, c); }
 };
 
 template <>

@@ -79,9 +79,7 @@ class controller_impl final : public controller_api {
     Hooks::wait_after(*static_cast<prefill_type const*>(r.native.get()), stream);
   }
   void release(request_id id, std::span<std::int32_t const> cache_tokens, std::uintptr_t stream) override
-  {
-    c_.release(id, cache_tokens, Hooks::to_stream(stream));
-  }
+  { c_.release(id, cache_tokens, Hooks::to_stream(stream)); }
   std::int64_t evict(tier t, std::int64_t pages, std::uintptr_t stream) override
   {
     STRATA_EXPECTS(Controller::tiers_type::has(t) && c_.tiers().capacity(t) > 0, "evict: the controller has no ",
@@ -150,9 +148,7 @@ struct host_hooks {
   }
   template <class Result>
   static void wait_after(Result const&, std::uintptr_t stream)
-  {
-    (void)to_stream(stream);
-  }
+  { (void)to_stream(stream); }
   static void set_activity(host_executor&, int, double) {}
   static void synchronize(host_executor&) {}
   static executor_stats stats(host_executor const&) { return {}; }

@@ -18,9 +18,7 @@ struct gpu_hooks {
   static cudaStream_t to_stream(std::uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
   static bool wait_layer(gpu_executor const&, load_handle<transfer_handle> const& h, std::int64_t layer,
                          std::uintptr_t stream)
-  {
-    return strata::wait_layer(h, layer, cuda::stream_ref{to_stream(stream)});
-  }
+  { return strata::wait_layer(h, layer, cuda::stream_ref{to_stream(stream)}); }
   static void wait_after(prefill_result<transfer_handle> const& r, std::uintptr_t stream)
   {
     for (auto const& h : r.after) {
@@ -28,9 +26,7 @@ struct gpu_hooks {
     }
   }
   static void set_activity(gpu_executor& e, int activity, double compute_ms)
-  {
-    e.set_activity(gpu_activity(activity), compute_ms);
-  }
+  { e.set_activity(gpu_activity(activity), compute_ms); }
   static void synchronize(gpu_executor& e) { e.synchronize(); }
   static executor_stats stats(gpu_executor const& e)
   {
@@ -100,9 +96,7 @@ class transfer_impl final : public gpu_transfer_api {
     }
   }
   void wait_layer(std::int64_t layer, std::uintptr_t stream) const override
-  {
-    h_.wait_layer(layer, cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)});
-  }
+  { h_.wait_layer(layer, cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)}); }
   void wait(std::uintptr_t stream) const override { h_.wait(cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)}); }
   void synchronize() const override { h_.synchronize(); }
   [[nodiscard]] bool done() const override { return h_.done(); }
@@ -118,20 +112,20 @@ class copier_impl final : public gpu_copier_api {
   explicit copier_impl(std::shared_ptr<B> b) : b_{std::move(b)} {}
   [[nodiscard]] char const* name() const override { return B::name; }
 
-  std::unique_ptr<gpu_transfer_api> copy(gpu_layout const& src, gpu_layout const& dst,
-                                         std::span<page_pair const> pages, layer_range layers, std::uintptr_t stream,
-                                         bool per_layer) override
+  std::unique_ptr<gpu_transfer_api> copy(gpu_layout const& src, gpu_layout const& dst, std::span<page_pair const> pages,
+                                         layer_range layers, std::uintptr_t stream, bool per_layer) override
   {
     return std::visit(
         [&](auto const& s, auto const& d) -> std::unique_ptr<gpu_transfer_api> {
           using S = std::decay_t<decltype(s)>;
           using D = std::decay_t<decltype(d)>;
           if constexpr (!std::is_same_v<S, page_first> && !std::is_same_v<D, page_first>) {
-            throw invalid_argument(
-                detail::concat("strata: ", B::name, ": one side of a copy must be page_first (the host tier's records)"));
+            throw invalid_argument(detail::concat("strata: ", B::name,
+                                                  ": one side of a copy must be page_first (the host tier's records)"));
           } else if constexpr (!requires(B& b, copy_plan<S, D> const& p, cudaStream_t st,
                                          std::span<cudaEvent_t const> ev) { b.enqueue(p, st, ev); }) {
-            throw invalid_argument(detail::concat("strata: ", B::name, " does not move this pair of layouts (staged: "
+            throw invalid_argument(detail::concat("strata: ", B::name,
+                                                  " does not move this pair of layouts (staged: "
                                                   "records, page_first, on one side; the other in device memory)"));
           } else {
             copy_plan<S, D> const plan{s, d, pages, layers};
@@ -166,9 +160,12 @@ std::unique_ptr<gpu_copier_api> make_gpu_copier(copier_kind kind, int ctas)
     case copier_kind::gpu_assisted:
       return std::make_unique<copier_impl<gpu_assisted>>(
           std::make_shared<gpu_assisted>(gpu_assisted_config{ctas, default_load_config.threads}));
-    case copier_kind::dma_batch: return std::make_unique<copier_impl<dma_batch>>(std::make_shared<dma_batch>());
-    case copier_kind::staged: return std::make_unique<copier_impl<staged>>(std::make_shared<staged>());
-    case copier_kind::dma_copy: return std::make_unique<copier_impl<dma_copy>>(std::make_shared<dma_copy>());
+    case copier_kind::dma_batch:
+      return std::make_unique<copier_impl<dma_batch>>(std::make_shared<dma_batch>());
+    case copier_kind::staged:
+      return std::make_unique<copier_impl<staged>>(std::make_shared<staged>());
+    case copier_kind::dma_copy:
+      return std::make_unique<copier_impl<dma_copy>>(std::make_shared<dma_copy>());
   }
   throw invalid_argument(detail::concat("strata: gpu_copier: unknown backend ", int(kind),
                                         " (0 gpu_assisted, 1 dma_batch, 2 staged, 3 dma_copy)"));

@@ -778,7 +778,9 @@ copier_kind to_copier_kind(nb::handle backend)
 {
   if (nb::isinstance<nb::int_>(backend)) {
     int const b = nb::cast<int>(backend);
-    if (b < 0 || b > 3) { raise_value("gpu_copier: backend ", b, " is not 0 (gpu_assisted), 1 (dma_batch), 2 (staged) or 3 (dma_copy)"); }
+    if (b < 0 || b > 3) {
+      raise_value("gpu_copier: backend ", b, " is not 0 (gpu_assisted), 1 (dma_batch), 2 (staged) or 3 (dma_copy)");
+    }
     return copier_kind(b);
   }
   std::string const name = nb::cast<std::string>(backend);
@@ -794,14 +796,16 @@ void bind_gpu_transfer(nb::module_& m)
   nb::class_<py_gpu_transfer>(m, "gpu_transfer", "A copy a gpu_copier enqueued (a transfer_handle).")
       .def(
           "wait_layer",
-          [](py_gpu_transfer const& t, std::int64_t layer, std::uintptr_t stream) { t.impl->wait_layer(layer, stream); },
+          [](py_gpu_transfer const& t, std::int64_t layer, std::uintptr_t stream) {
+            t.impl->wait_layer(layer, stream);
+          },
           "layer"_a, "stream"_a = 0, "Makes `stream` wait until `layer` has landed (per-layer copies).")
       .def(
           "wait", [](py_gpu_transfer const& t, std::uintptr_t stream) { t.impl->wait(stream); }, "stream"_a = 0,
           "Makes `stream` wait for the whole copy.")
       .def(
-          "synchronize", [](py_gpu_transfer const& t) { t.impl->synchronize(); }, nb::call_guard<nb::gil_scoped_release>(),
-          "Blocks until the whole copy has landed.")
+          "synchronize", [](py_gpu_transfer const& t) { t.impl->synchronize(); },
+          nb::call_guard<nb::gil_scoped_release>(), "Blocks until the whole copy has landed.")
       .def("done", [](py_gpu_transfer const& t) { return t.impl->done(); }, "True once the copy has landed.");
 
   nb::class_<py_gpu_copier>(m, "gpu_copier",

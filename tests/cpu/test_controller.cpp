@@ -4,8 +4,8 @@
 // prefix), random operation sequences with invariants after every step, bad input at every call,
 // and concurrent polling.
 #include "../support/catch.hpp"
-#include "../support/files.hpp"
 #include "../support/costs.hpp"
+#include "../support/files.hpp"
 #include "../support/kv_content.hpp"
 
 #include <strata/cache/controller.hpp>
@@ -18,8 +18,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -67,9 +67,7 @@ class deferred_executor {
   /// Lands (or, one time in `fail_one_in`, fails) one submission now.
   template <class Rng>
   void land(handle_type const& h, Rng& rng, unsigned fail_one_in)
-  {
-    settle(h.j, fail_one_in > 0 && rng() % fail_one_in == 0);
-  }
+  { settle(h.j, fail_one_in > 0 && rng() % fail_one_in == 0); }
   /// Lands about half of what is pending, in random order.
   template <class Rng>
   void land_some(Rng& rng, unsigned fail_one_in)
@@ -583,8 +581,8 @@ void random_loops(std::int64_t sequences, std::int64_t steps)
     below += e.recomputed_below;
   }
   WARN("pages checked " << checked << ", finished " << finished << ", duplicates " << dups << ", host hits "
-                        << hits_host << ", file hits " << hits_file << ", requests sent back by failed loads "
-                        << failed << ", first chunks recomputing file-tier pages " << below);
+                        << hits_host << ", file hits " << hits_file << ", requests sent back by failed loads " << failed
+                        << ", first chunks recomputing file-tier pages " << below);
   CHECK(checked > 1000);
   CHECK(hits_host > 0);  // the host tier served loads
   if (engine_run<Policies>::deferred) { CHECK(failed > 0); }
@@ -614,7 +612,8 @@ TEST_CASE("controller: a file tier below the host serves the right KV, and its I
   random_loops<file_policies>(quick ? 500 : 5000, 60);
 }
 
-TEST_CASE("controller: the real file tier below the host serves the right KV in random loops", "[cpu][controller][file]")
+TEST_CASE("controller: the real file tier below the host serves the right KV in random loops",
+          "[cpu][controller][file]")
 {
   namespace fs = std::filesystem;
   fs::path const dir = fs::temp_directory_path() / ("strata_controller_loops_" + std::to_string(::getpid()));
@@ -815,8 +814,7 @@ std::pair<std::array<std::int64_t, tier_count>, int> serve(Cache& cache, layer_f
     }
     (void)cache.finish_prefill(request_id{id});
     cache.release(request_id{id});
-    for (int i = 0; i < 8 && cache.poll() > 0; ++i) {
-    }
+    for (int i = 0; i < 8 && cache.poll() > 0; ++i) {}
     cache.check_invariants();
     return {h.started[0].cached_pages, start};
   }
@@ -842,9 +840,10 @@ void corrupt(std::string const& path, std::int64_t slot)
 
 }  // namespace
 
-TEST_CASE("controller: a restart rebuilds the index from the file tier's records, bit-exact, and loses only what "
-          "a corrupt record holds up",
-          "[cpu][controller][file]")
+TEST_CASE(
+    "controller: a restart rebuilds the index from the file tier's records, bit-exact, and loses only what "
+    "a corrupt record holds up",
+    "[cpu][controller][file]")
 {
   namespace fs = std::filesystem;
   fs::path const dir = fs::temp_directory_path() / ("strata_controller_restart_" + std::to_string(::getpid()));
@@ -906,8 +905,7 @@ TEST_CASE("controller: a restart rebuilds the index from the file tier's records
     // copy leaves the index, and the request computes it instead — once, not in a loop.
     (void)cache->evict(tier::device, 32);
     (void)cache->evict(tier::host, 16);
-    for (int i = 0; i < 8 && cache->poll() > 0; ++i) {
-    }
+    for (int i = 0; i < 8 && cache->poll() > 0; ++i) {}
     REQUIRE(cache->probe(question(a, 5)).fastest_tokens[2] == 6 * geo.page_tokens);
     auto const before = cache->stats();
     auto s = [&] {  // a's last page's record
@@ -933,8 +931,8 @@ TEST_CASE("controller: a restart rebuilds the index from the file tier's records
 TEST_CASE("controller: prefetch moves a waiting request's prefix from the file tier to the host, per policy",
           "[cpu][controller][file]")
 {
-  for (prefetch_policy policy : {prefetch_policy::off, prefetch_policy::best_effort, prefetch_policy::wait_complete,
-                                 prefetch_policy::timeout}) {
+  for (prefetch_policy policy :
+       {prefetch_policy::off, prefetch_policy::best_effort, prefetch_policy::wait_complete, prefetch_policy::timeout}) {
     INFO("policy " << int(policy));
     using cache_t = cache_controller<deferred_file_policies>;
     engine_memory mem{32};

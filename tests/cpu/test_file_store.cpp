@@ -904,8 +904,8 @@ TEST_CASE("file_store: records keep their page's identity for the index to rebui
       auto const i = std::size_t(r.slot);
       CHECK(r.key == keys[i]);
       CHECK(r.parent_key == parents[i]);
-      CHECK(r.ids ==
-            std::vector<std::int32_t>(ids.begin() + std::ptrdiff_t(i * 16), ids.begin() + std::ptrdiff_t((i + 1) * 16)));
+      CHECK(r.ids == std::vector<std::int32_t>(ids.begin() + std::ptrdiff_t(i * 16),
+                                               ids.begin() + std::ptrdiff_t((i + 1) * 16)));
     }
     path = s.paths()[0];
     record = s.record_bytes();

@@ -335,7 +335,7 @@ struct demotion_and_load {
     (void)t.insert(a, std::vector<std::int64_t>{0, 1});
     for (auto& o : t.take_copies()) {
       (void)t.complete(o.id);
-    }                                   // a: device + host
+    }  // a: device + host
     (void)t.evict(tier::device, 2);     // a: host only
     demotion = t.evict(tier::host, 2);  // demotion host -> file, pending
     REQUIRE(demotion.demotions.size() == 1);
@@ -592,7 +592,7 @@ TEST_CASE("hiradix_tree: prefetch makes room from older host pages only, never f
     (void)tree.complete(o.id);
   }
   (void)tree.evict(tier::device, 4);
-  (void)tree.match(seq(0, 8));  // split: [0, 2) and [2, 4)
+  (void)tree.match(seq(0, 8));                           // split: [0, 2) and [2, 4)
   for (auto& d : tree.evict(tier::host, 2).demotions) {  // the leaf half goes to the file tier
     (void)tree.complete(d.id);
   }
@@ -666,7 +666,8 @@ TEST_CASE("hiradix_tree: discard drops a lost copy, and a broken prefix with eve
 
 TEST_CASE("hiradix_tree: the file write policy copies host pages to the file tier", "[cpu][hiradix]")
 {
-  for (write_policy p : {write_policy::write_back, write_policy::write_through, write_policy::write_through_selective}) {
+  for (write_policy p :
+       {write_policy::write_back, write_policy::write_through, write_policy::write_through_selective}) {
     INFO("file policy " << int(p));
     hiradix_config c = small_config(write_policy::write_through);
     c.file_policy = p;

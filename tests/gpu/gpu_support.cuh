@@ -88,10 +88,7 @@ class stream_gate {
   }
 
  private:
-  void store()
-  {
-    __atomic_store_n(flag_, 1, __ATOMIC_SEQ_CST);
-  }
+  void store() { __atomic_store_n(flag_, 1, __ATOMIC_SEQ_CST); }
 
   std::chrono::milliseconds watchdog_;
   int* flag_{};
@@ -162,7 +159,8 @@ inline std::vector<layout_kind> host_kinds(bool records_only)
  * `submit(plan) -> transfer_handle`, checking each leg against the address-level reference.
  */
 template <class Submit>
-void round_trip(layout_kind device_kind, layout_kind host_kind, kv_geometry const& g, std::uint64_t seed, Submit&& submit)
+void round_trip(layout_kind device_kind, layout_kind host_kind, kv_geometry const& g, std::uint64_t seed,
+                Submit&& submit)
 {
   std::mt19937_64 rng{seed};
   std::int64_t const device_pages = 3, host_pages = 4;
@@ -174,7 +172,9 @@ void round_trip(layout_kind device_kind, layout_kind host_kind, kv_geometry cons
       auto const there = random_map(std::uniform_int_distribution<std::int64_t>{1, n}(rng), dev.layout.num_pages(),
                                     host.layout.num_pages(), rng);
       std::vector<page_pair> back;
-      for (auto p : there) { back.push_back({p.dst, p.src}); }
+      for (auto p : there) {
+        back.push_back({p.dst, p.src});
+      }
       std::int64_t const a = std::uniform_int_distribution<std::int64_t>{0, g.layers - 1}(rng);
       layer_range const layers{a, std::uniform_int_distribution<std::int64_t>{a + 1, g.layers}(rng)};
 
@@ -188,7 +188,8 @@ void round_trip(layout_kind device_kind, layout_kind host_kind, kv_geometry cons
       copy_plan const backup{dev.layout, host.layout, std::span<page_pair const>{there}, layers};
       submit(backup).synchronize();
       auto const host_after = download(host.storage);
-      auto const host_expected = expected_after(backup, original, dev.storage.data(), poisoned_host, host.storage.data());
+      auto const host_expected =
+          expected_after(backup, original, dev.storage.data(), poisoned_host, host.storage.data());
       CHECK(first_difference(host_after, host_expected) == -1);
 
       std::vector<std::byte> poisoned_dev(dev.storage.size());
@@ -215,8 +216,12 @@ void adversarial_maps(layout_kind device_kind, layout_kind host_kind, kv_geometr
       auto const nd = dev.layout.num_pages(), nh = host.layout.num_pages();
       auto const n = std::min(nd, nh);
       std::vector<std::vector<page_pair>> maps(3);
-      for (std::int64_t i = 0; i < n; ++i) { maps[0].push_back({i, n - 1 - i}); }
-      for (std::int64_t i = 0; i < n; ++i) { maps[1].push_back({n - 1, i}); }
+      for (std::int64_t i = 0; i < n; ++i) {
+        maps[0].push_back({i, n - 1 - i});
+      }
+      for (std::int64_t i = 0; i < n; ++i) {
+        maps[1].push_back({n - 1, i});
+      }
       maps[2].push_back({n - 1, n - 1});
       for (auto const& map : maps) {
         std::vector<std::byte> d_bytes(dev.storage.size()), h_bytes(host.storage.size());
@@ -235,8 +240,8 @@ void adversarial_maps(layout_kind device_kind, layout_kind host_kind, kv_geometr
         upload(dev.storage, d_bytes);
         copy_plan const backup{dev.layout, host.layout, std::span<page_pair const>{map}, layer_range::all(g)};
         submit(backup).synchronize();
-        CHECK(first_difference(download(host.storage),
-                               expected_after(backup, d_bytes, dev.storage.data(), h_bytes, host.storage.data())) == -1);
+        CHECK(first_difference(download(host.storage), expected_after(backup, d_bytes, dev.storage.data(), h_bytes,
+                                                                      host.storage.data())) == -1);
       }
     });
   });

@@ -37,8 +37,8 @@ static_assert(kv_layout<head_major>);
 /// Requires that `go()` throws `invalid_argument` containing `needle`, and that afterwards (the
 /// stream drained) `dev` still holds `before`: nothing was enqueued.
 template <class Storage, class Go>
-void rejected_untouched(Storage const& dev, std::vector<std::byte> const& before, cudaStream_t stream, char const* needle,
-                        Go&& go)
+void rejected_untouched(Storage const& dev, std::vector<std::byte> const& before, cudaStream_t stream,
+                        char const* needle, Go&& go)
 {
   STRATA_REQUIRE_THROWS(invalid_argument, needle, go());
   STRATA_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -68,7 +68,8 @@ TEST_CASE("every kernel backend rejects a misaligned device layout before any by
   copy_plan const backup{misaligned, src, std::span<page_pair const>{map}, layer_range::all(g)};
 
   staged st;
-  rejected_untouched(dev, poison, stream.get(), "staged: layer 0 plane 0 is not 16-byte aligned in the layer_first layout",
+  rejected_untouched(dev, poison, stream.get(),
+                     "staged: layer 0 plane 0 is not 16-byte aligned in the layer_first layout",
                      [&] { (void)submit(st, load, stream.get()); });
   rejected_untouched(dev, poison, stream.get(), "not 16-byte aligned in the layer_first layout",
                      [&] { (void)submit(st, backup, stream.get()); });
@@ -122,8 +123,8 @@ TEST_CASE("head rows that are not whole 16-byte vectors are rejected by kernel b
   // A DMA backend moves it exactly (runs of any length).
   dma_copy dma;
   submit(dma, load, stream.get()).synchronize();
-  CHECK(test::first_difference(test::download(dev), test::expected_after(load, records, host.data(), poison, dev.data())) ==
-        -1);
+  CHECK(test::first_difference(test::download(dev),
+                               test::expected_after(load, records, host.data(), poison, dev.data())) == -1);
 }
 
 TEST_CASE("pageable host memory is rejected by kernel backends; registered memory is accepted", "[gpu][checks]")
@@ -164,17 +165,17 @@ TEST_CASE("pageable host memory is rejected by kernel backends; registered memor
   page_first const pinned_src{pinned_records.data(), g, pages};
   layer_first const pageable_device{pageable, g, pages};
   staged st;
-  STRATA_REQUIRE_THROWS(invalid_argument, "pageable host memory",
-                        (void)submit(st, copy_plan{pinned_src, pageable_device, std::span<page_pair const>{map},
-                                                   layer_range::all(g)},
-                                     stream.get()));
+  STRATA_REQUIRE_THROWS(
+      invalid_argument, "pageable host memory",
+      (void)submit(st, copy_plan{pinned_src, pageable_device, std::span<page_pair const>{map}, layer_range::all(g)},
+                   stream.get()));
   CHECK(std::equal(records.begin(), records.end(), pageable));
 
   // Registered and mapped, the same memory is accepted (the same backend: no stale verdict).
   STRATA_CUDA_TRY(cudaHostRegister(pageable, bytes, cudaHostRegisterMapped));
   submit(k, load, stream.get()).synchronize();
-  CHECK(test::first_difference(test::download(dev), test::expected_after(load, records, pageable, poison, dev.data())) ==
-        -1);
+  CHECK(test::first_difference(test::download(dev),
+                               test::expected_after(load, records, pageable, poison, dev.data())) == -1);
   STRATA_CUDA_TRY(cudaHostUnregister(pageable));
   std::free(raw);
 }
@@ -192,7 +193,9 @@ TEST_CASE("device accessibility is queried once per allocation, not per block", 
   INFO("the driver reports allocation ranges: a hot path does one lookup per block, not one query");
   CHECK(cache.queries() == 2);
   auto const layout = pool.layout();
-  for (std::int64_t p = 0; p < pool.num_pages(); ++p) { cache.check(layout.page_data(p), "test", "pool", 0, 0); }
+  for (std::int64_t p = 0; p < pool.num_pages(); ++p) {
+    cache.check(layout.page_data(p), "test", "pool", 0, 0);
+  }
   CHECK(cache.queries() == 2 + pool.num_chunks());
   std::vector<std::byte> pageable(4096);
   STRATA_REQUIRE_THROWS(invalid_argument, "pageable host memory", cache.check(pageable.data(), "test", "vector", 0, 0));

@@ -5,9 +5,9 @@
 // backups under pressure), two batches are in flight before anything is polled. Every KV byte is
 // checked against a content function the controller never sees: page p of a token sequence holds
 // words derived from the tokens of its prefix, written by a kernel standing in for the model.
-#include "gpu_support.cuh"
 #include "../support/costs.hpp"
 #include "../support/kv_content.hpp"
+#include "gpu_support.cuh"
 
 #include <strata/cache/gpu_executor.cuh>
 
@@ -92,7 +92,8 @@ struct basic_gpu_engine {
   std::uint64_t next_id = 1;
   std::int64_t checked_pages = 0, checked_host_pages = 0;
 
-  basic_gpu_engine(std::uint64_t seed, std::int64_t dev, std::int64_t host, gpu_executor_config config, Lower&&... lower)
+  basic_gpu_engine(std::uint64_t seed, std::int64_t dev, std::int64_t host, gpu_executor_config config,
+                   Lower&&... lower)
       : rng{seed},
         device_pages{dev},
         memory(std::size_t(dev * geo.page_bytes())),
@@ -327,9 +328,9 @@ void run_loop(gpu_executor_config config, std::uint64_t seed, gpu_activity activ
   auto const x = e.cache.executor().stats();
   WARN("pages checked: device " << e.checked_pages << ", host " << e.checked_host_pages << "; bytes host->device "
                                 << s.bytes_moved[1][0] << ", device->host " << s.bytes_moved[0][1] << "; evicted "
-                                << s.evicted_pages[0] << "; transfers by backend (loads) " << x.transfers[0][0]
-                                << "/" << x.transfers[0][1] << "/" << x.transfers[0][2] << ", (copies) "
-                                << x.transfers[1][0] << "/" << x.transfers[1][1] << "/" << x.transfers[1][2]);
+                                << s.evicted_pages[0] << "; transfers by backend (loads) " << x.transfers[0][0] << "/"
+                                << x.transfers[0][1] << "/" << x.transfers[0][2] << ", (copies) " << x.transfers[1][0]
+                                << "/" << x.transfers[1][1] << "/" << x.transfers[1][2]);
   CHECK(e.checked_pages > 100);
   CHECK(e.checked_host_pages > 0);
   CHECK(s.hit_tokens[1] > 0);  // loads from the host tier happened
@@ -388,7 +389,7 @@ TEST_CASE("gpu_executor: the choice follows block size and activity", "[gpu][con
 {
   gpu_executor e;
   double const gib = double(1 << 30);
-  CHECK(e.choose(copy_kind::load, gib, 64 << 10) == gpu_backend::dma_batch);  // large blocks: the copy engine
+  CHECK(e.choose(copy_kind::load, gib, 64 << 10) == gpu_backend::dma_batch);    // large blocks: the copy engine
   CHECK(e.choose(copy_kind::load, gib, 8 << 10) == gpu_backend::gpu_assisted);  // 8 KiB blocks: DMA is CPU-bound
   e.set_activity(gpu_activity::prefill);
   CHECK(e.choose(copy_kind::load, gib, 64 << 10) == gpu_backend::dma_batch);
@@ -477,7 +478,7 @@ TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the
     } else {
       CHECK(s.prefetched_pages > 0);  // prefetches from the file tier happened
     }
-    CHECK(s.bytes_moved[1][2] > 0);       // demotions to the files happened
+    CHECK(s.bytes_moved[1][2] > 0);  // demotions to the files happened
     CHECK(s.failed_transfers == 0);
     CHECK(e.cache.executor().stats().failed_submissions == 0);
   }

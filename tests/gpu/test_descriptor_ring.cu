@@ -32,9 +32,13 @@ struct ring_case {
   /// copy-engine descriptors, so that a held stream's queue does not fill and block the host).
   ring_case(kv_geometry const& geometry, std::int64_t sources, std::vector<std::int64_t> plan_sizes, std::uint64_t seed,
             bool consecutive = false)
-    : src_pages{sources}, sizes{std::move(plan_sizes)}, g{geometry}, host(static_cast<std::size_t>(sources * g.page_bytes())),
-      dev(static_cast<std::size_t>(total() * g.page_bytes())), src{host.data(), g, sources},
-      dst{dev.data(), g, total()}
+      : src_pages{sources},
+        sizes{std::move(plan_sizes)},
+        g{geometry},
+        host(static_cast<std::size_t>(sources * g.page_bytes())),
+        dev(static_cast<std::size_t>(total() * g.page_bytes())),
+        src{host.data(), g, sources},
+        dst{dev.data(), g, total()}
   {
     std::mt19937_64 rng{seed};
     std::vector<std::int64_t> dsts(static_cast<std::size_t>(total()));
@@ -58,9 +62,7 @@ struct ring_case {
   }
   [[nodiscard]] std::int64_t total() const { return std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0}); }
   [[nodiscard]] copy_plan<page_first, layer_first> plan(std::size_t i, layer_range layers) const
-  {
-    return {src, dst, std::span<page_pair const>{maps[i]}, layers};
-  }
+  { return {src, dst, std::span<page_pair const>{maps[i]}, layers}; }
   /// Every destination byte against the reference of all plans.
   void check(layer_range layers) const
   {
@@ -88,7 +90,9 @@ void held_wrap_sequence(ring_case& c, Submit&& submit)
     handles.push_back(submit(c.plan(i, layer_range::all(c.g)), stream.get()));
   }
   gate.release();
-  for (auto const& h : handles) { h.synchronize(); }
+  for (auto const& h : handles) {
+    h.synchronize();
+  }
   c.check(layer_range::all(c.g));
 }
 
@@ -130,7 +134,9 @@ TEST_CASE("per-layer jobs on a submit thread wrap the ring many times and stay e
     handles.push_back(thread.submit(b, c.plan(i, layer_range::all(g)), stream.get()));
   }
   gate.release();
-  for (auto const& h : handles) { h.synchronize(); }
+  for (auto const& h : handles) {
+    h.synchronize();
+  }
   c.check(layer_range::all(g));
 }
 
@@ -147,7 +153,9 @@ TEST_CASE("the ring grows while transfers are in flight", "[gpu][ring][gpu_assis
     handles.push_back(submit(b, c.plan(i, layer_range::all(tiny)), stream.get(), completion::whole));
   }
   gate.release();
-  for (auto const& h : handles) { h.synchronize(); }
+  for (auto const& h : handles) {
+    h.synchronize();
+  }
   c.check(layer_range::all(tiny));
 }
 
@@ -156,8 +164,8 @@ TEST_CASE("transfers in flight together on one backend, on two streams, with tho
 {
   kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);  // 32 layers, 256-byte head rows
   auto const geometries = std::getenv("STRATA_GPU_TEST_QUICK") != nullptr
-                            ? std::vector<kv_geometry>{kv_geometry{4, 1, 1, 64, 2, 2}}
-                            : std::vector<kv_geometry>{kv_geometry{4, 1, 1, 64, 2, 2}, g};
+                              ? std::vector<kv_geometry>{kv_geometry{4, 1, 1, 64, 2, 2}}
+                              : std::vector<kv_geometry>{kv_geometry{4, 1, 1, 64, 2, 2}, g};
   for (auto const& geo : geometries) {
     std::int64_t const pages = geo.page_bytes() > 4096 ? 1'000 : 12'000;
     std::vector<std::int64_t> sizes{pages / 4, pages / 2, pages / 8, pages / 8};
@@ -178,7 +186,9 @@ TEST_CASE("transfers in flight together on one backend, on two streams, with tho
       }
     }
     gate.release();
-    for (auto const& h : handles) { h.synchronize(); }
+    for (auto const& h : handles) {
+      h.synchronize();
+    }
     c.check(layer_range::all(geo));
   }
 }

@@ -60,7 +60,9 @@ TEST_CASE("a submit thread enqueues dma_batch off the caller's thread", "[gpu][d
 namespace {
 __global__ void fill_kernel(std::uint32_t* p, std::size_t n, std::uint32_t value)
 {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) { p[i] = value; }
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    p[i] = value;
+  }
 }
 }  // namespace
 
@@ -76,7 +78,9 @@ TEST_CASE("a submit thread orders the copy after earlier work on the caller's st
   layer_first const src{dev.data(), g, pages};
   page_first const dst{host.data(), g, pages};
   std::vector<page_pair> map;
-  for (std::int64_t i = 0; i < pages; ++i) { map.push_back({i, i}); }
+  for (std::int64_t i = 0; i < pages; ++i) {
+    map.push_back({i, i});
+  }
   for (std::uint32_t round = 1; round <= 3; ++round) {
     // A slow kernel writes the pages, then the backup is submitted right away.
     fill_kernel<<<1, 32, 0, stream.get()>>>(reinterpret_cast<std::uint32_t*>(dev.data()), dev.size() / 4, round);
@@ -99,14 +103,16 @@ TEST_CASE("a submit thread reports the backend's error to whoever waits", "[gpu]
   page_first const src{host.data(), g, 2};
   layer_first const misaligned{dev.data() + 8, g, 2};
   std::vector<page_pair> const map{{0, 0}};
-  auto const h = thread.submit(b, copy_plan{src, misaligned, std::span<page_pair const>{map}, layer_range::all(g)},
-                               stream.get());
+  auto const h =
+      thread.submit(b, copy_plan{src, misaligned, std::span<page_pair const>{map}, layer_range::all(g)}, stream.get());
   STRATA_REQUIRE_THROWS(invalid_argument, "not 16-byte aligned", h.wait_layer(0, stream.get()));
   STRATA_REQUIRE_THROWS(invalid_argument, "not 16-byte aligned", h.synchronize());
   // Bad plans are still rejected on the caller's thread.
   std::vector<page_pair> const bad{{5, 0}};
-  STRATA_REQUIRE_THROWS(invalid_argument, "source page 5 out of range",
-                        (void)thread.submit(b, copy_plan{src, misaligned, std::span<page_pair const>{bad}, layer_range::all(g)}, stream.get()));
+  STRATA_REQUIRE_THROWS(
+      invalid_argument, "source page 5 out of range",
+      (void)thread.submit(b, copy_plan{src, misaligned, std::span<page_pair const>{bad}, layer_range::all(g)},
+                          stream.get()));
 }
 
 TEST_CASE("dma_batch on the legacy default stream falls back to one copy per run", "[gpu][dma]")

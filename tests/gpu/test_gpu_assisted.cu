@@ -42,16 +42,19 @@ TEST_CASE("gpu_assisted rejects bad plans and misaligned pools before launching"
   page_first const src{host.data(), g, 4};
   layer_first const dst{dev.data(), g, 4};
   std::vector<page_pair> const dup{{0, 1}, {1, 1}};
-  STRATA_REQUIRE_THROWS(invalid_argument, "destination page 1 appears more than once",
-                        (void)submit(b, copy_plan{src, dst, std::span<page_pair const>{dup}, layer_range::all(g)}, stream.get()));
+  STRATA_REQUIRE_THROWS(
+      invalid_argument, "destination page 1 appears more than once",
+      (void)submit(b, copy_plan{src, dst, std::span<page_pair const>{dup}, layer_range::all(g)}, stream.get()));
   std::vector<page_pair> const out_of_range{{0, 4}};
-  STRATA_REQUIRE_THROWS(invalid_argument, "destination page 4 out of range",
-                        copy(b, copy_plan{src, dst, std::span<page_pair const>{out_of_range}, layer_range::all(g)}, stream.get()));
+  STRATA_REQUIRE_THROWS(
+      invalid_argument, "destination page 4 out of range",
+      copy(b, copy_plan{src, dst, std::span<page_pair const>{out_of_range}, layer_range::all(g)}, stream.get()));
 
   layer_first const misaligned{dev.data() + 8, g, 4};
   std::vector<page_pair> const ok{{0, 1}};
-  STRATA_REQUIRE_THROWS(invalid_argument, "not 16-byte aligned in the layer_first layout",
-                        (void)submit(b, copy_plan{src, misaligned, std::span<page_pair const>{ok}, layer_range::all(g)}, stream.get()));
+  STRATA_REQUIRE_THROWS(
+      invalid_argument, "not 16-byte aligned in the layer_first layout",
+      (void)submit(b, copy_plan{src, misaligned, std::span<page_pair const>{ok}, layer_range::all(g)}, stream.get()));
   STRATA_CUDA_TRY(cudaStreamSynchronize(stream.get()));
   CHECK(test::first_difference(test::download(dev), poison) == -1);
 
@@ -74,9 +77,12 @@ TEST_CASE("per-layer completion lets a compute stream start on a layer that has 
   page_first const src{host.data(), g, pages};
   layer_first const dst{dev.data(), g, pages};
   std::vector<page_pair> map;
-  for (std::int64_t i = 0; i < pages; ++i) { map.push_back({i, pages - 1 - i}); }
+  for (std::int64_t i = 0; i < pages; ++i) {
+    map.push_back({i, pages - 1 - i});
+  }
 
-  transfer_handle const h = submit(b, copy_plan{src, dst, std::span<page_pair const>{map}, layer_range::all(g)}, copy_stream.get());
+  transfer_handle const h =
+      submit(b, copy_plan{src, dst, std::span<page_pair const>{map}, layer_range::all(g)}, copy_stream.get());
   CHECK(h.per_layer());
   CHECK(h.events().size() == static_cast<std::size_t>(g.layers));
   // Compute reads layer 3 (both planes: contiguous in layer_first) as soon as layer 3 has landed.

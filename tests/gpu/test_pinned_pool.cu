@@ -37,7 +37,9 @@ void pool_round_trip(pinned_host_pool& pool, Backend& b, std::uint64_t seed)
     back.push_back({n - 1 - i, slots[i]});
   }
   submit(b, copy_plan{host, device, std::span<page_pair const>{load}, layer_range::all(g)}, stream.get()).synchronize();
-  for (auto s : slots) { std::fill_n(host.page_data(s), g.page_bytes(), test::poison); }
+  for (auto s : slots) {
+    std::fill_n(host.page_data(s), g.page_bytes(), test::poison);
+  }
   submit(b, copy_plan{device, host, std::span<page_pair const>{back}, layer_range::all(g)}, stream.get()).synchronize();
   for (std::int64_t i = 0; i < n; ++i) {
     INFO("slot " << slots[i]);
@@ -61,10 +63,14 @@ TEST_CASE("pinned host pools allocate chunks of whole records that never touch",
     for (std::int64_t c = 0; c + 1 < pool.num_chunks(); ++c) {
       // the last record of a chunk is never followed by the first record of another chunk
       std::byte* const end_of_chunk = l.page_data(c * 3 + 2) + g.page_bytes();
-      for (std::int64_t p = 0; p < 10; ++p) { CHECK(l.page_data(p) != end_of_chunk); }
+      for (std::int64_t p = 0; p < 10; ++p) {
+        CHECK(l.page_data(p) != end_of_chunk);
+      }
     }
     std::set<std::byte*> distinct;
-    for (std::int64_t p = 0; p < 10; ++p) { distinct.insert(l.page_data(p)); }
+    for (std::int64_t p = 0; p < 10; ++p) {
+      distinct.insert(l.page_data(p));
+    }
     CHECK(distinct.size() == 10);
   }
 }
@@ -77,8 +83,11 @@ TEST_CASE("pinned host pools move pages with the GPU backends", "[gpu][tier]")
   pinned_host_pool allocated{g, 8, {.chunk_bytes = 3 * g.page_bytes()}};
   pool_round_trip(allocated, kernel, 1);
   pool_round_trip(allocated, staging, 2);
-  pinned_host_pool registered{g, 8, {.allocation = pinned_allocation::registered, .chunk_bytes = 5 * g.page_bytes(),
-                                     .huge = huge_pages::transparent}};
+  pinned_host_pool registered{g,
+                              8,
+                              {.allocation = pinned_allocation::registered,
+                               .chunk_bytes = 5 * g.page_bytes(),
+                               .huge = huge_pages::transparent}};
   pool_round_trip(registered, kernel, 3);
   pool_round_trip(registered, staging, 4);
 }

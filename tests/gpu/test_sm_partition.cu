@@ -38,9 +38,7 @@ std::set<unsigned> sms_used(cudaStream_t stream, int blocks)
 }
 
 bool subset(std::set<unsigned> const& a, std::set<unsigned> const& b)
-{
-  return std::includes(b.begin(), b.end(), a.begin(), a.end());
-}
+{ return std::includes(b.begin(), b.end(), a.begin(), a.end()); }
 
 }  // namespace
 
@@ -60,7 +58,9 @@ struct sm_probe_backend {
     ctx = detail::green_context_of(stream);
     auto const used = sms_used(stream, blocks);
     seen.insert(used.begin(), used.end());
-    for (auto e : layer_events) { STRATA_CUDA_TRY(cudaEventRecord(e, stream)); }
+    for (auto e : layer_events) {
+      STRATA_CUDA_TRY(cudaEventRecord(e, stream));
+    }
   }
 };
 static_assert(transfer_backend<sm_probe_backend>);
@@ -149,12 +149,13 @@ TEST_CASE("the compute partition waits for each layer loaded on the copy partiti
   test::upload(dev, poison);
   layer_first const device{dev.data(), g, n};
   std::vector<page_pair> pages;
-  for (std::int64_t i = 0; i < n; ++i) { pages.push_back({slots[i], i}); }
+  for (std::int64_t i = 0; i < n; ++i) {
+    pages.push_back({slots[i], i});
+  }
 
   gpu_assisted loads{default_load_config};
-  transfer_handle const h =
-    submit(loads, copy_plan{host.layout(), device, std::span<page_pair const>{pages}, layer_range::all(g)},
-           p.copy_stream());
+  transfer_handle const h = submit(
+      loads, copy_plan{host.layout(), device, std::span<page_pair const>{pages}, layer_range::all(g)}, p.copy_stream());
   REQUIRE(h.per_layer());
   // The compute stream copies each layer out as soon as it has landed, and never earlier.
   auto const layer_bytes = std::size_t(n * g.page_bytes() / g.layers);
@@ -167,9 +168,9 @@ TEST_CASE("the compute partition waits for each layer loaded on the copy partiti
   copy_plan const plan{host.layout(), device, std::span<page_pair const>{pages}, layer_range::all(g)};
   std::vector<std::byte> host_bytes(records.size());
   // Expected: the records, transposed into layer-first, computed from addresses alone.
-  auto const expected = test::expected_after(plan, std::vector<std::byte>(host.layout().page_data(0),
-                                                                           host.layout().page_data(0) + host.bytes()),
-                                             host.layout().page_data(0), poison, dev.data());
+  auto const expected = test::expected_after(
+      plan, std::vector<std::byte>(host.layout().page_data(0), host.layout().page_data(0) + host.bytes()),
+      host.layout().page_data(0), poison, dev.data());
   CHECK(test::first_difference(test::download(snapshot), expected) == -1);
   host.slots().release(slots);
 }
@@ -222,7 +223,8 @@ TEST_CASE("staged relays run on the copy partition and land bit-exactly", "[gpu]
   CHECK(detail::green_context_of(st.relay_stream()) == nullptr);
 }
 
-TEST_CASE("a submit thread issues a green-context caller's copies on that partition", "[gpu][sm_partition][submit_thread]")
+TEST_CASE("a submit thread issues a green-context caller's copies on that partition",
+          "[gpu][sm_partition][submit_thread]")
 {
   if (!sm_partition::supported()) {
     WARN("the driver has no green contexts: nothing to test");

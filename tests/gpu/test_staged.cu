@@ -71,8 +71,12 @@ TEST_CASE("staged serialises transfers submitted on different streams", "[gpu][s
   h1.synchronize();
   h2.synchronize();
   // Every byte of both pools is covered, so the expectation does not depend on what was there.
-  CHECK(test::first_difference(test::download(d1), test::expected_after(copy_plan{src, a, std::span<page_pair const>{fwd}, layer_range::all(g)},
-                                                                          bytes, host.data(), test::download(d1), d1.data())) == -1);
-  CHECK(test::first_difference(test::download(d2), test::expected_after(copy_plan{src, c, std::span<page_pair const>{rev}, layer_range::all(g)},
-                                                                          bytes, host.data(), test::download(d2), d2.data())) == -1);
+  CHECK(test::first_difference(
+            test::download(d1),
+            test::expected_after(copy_plan{src, a, std::span<page_pair const>{fwd}, layer_range::all(g)}, bytes,
+                                 host.data(), test::download(d1), d1.data())) == -1);
+  CHECK(test::first_difference(
+            test::download(d2),
+            test::expected_after(copy_plan{src, c, std::span<page_pair const>{rev}, layer_range::all(g)}, bytes,
+                                 host.data(), test::download(d2), d2.data())) == -1);
 }

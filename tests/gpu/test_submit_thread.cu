@@ -29,7 +29,7 @@ struct recording_backend {
 
   recording_backend(std::string t, std::mutex* mutex, std::vector<std::string>* calls, std::vector<int>* prios,
                     std::int64_t block_at = -1, std::shared_future<void> go = {})
-    : tag{std::move(t)}, m{mutex}, log{calls}, priorities{prios}, block_at_layer{block_at}, release{std::move(go)}
+      : tag{std::move(t)}, m{mutex}, log{calls}, priorities{prios}, block_at_layer{block_at}, release{std::move(go)}
   {
   }
 
@@ -47,7 +47,9 @@ struct recording_backend {
       entered.set_value();
       release.wait();
     }
-    for (auto e : layer_events) { STRATA_CUDA_TRY(cudaEventRecord(e, stream)); }
+    for (auto e : layer_events) {
+      STRATA_CUDA_TRY(cudaEventRecord(e, stream));
+    }
   }
 };
 static_assert(transfer_backend<recording_backend>);
@@ -106,7 +108,7 @@ TEST_CASE("a failed transfer is not done: done() rethrows, failed() says so", "[
   submit_thread thread;
   detail::cuda_stream stream;
   transfer_handle const h =
-    thread.submit(b, copy_plan{p.src, p.dst, std::span<page_pair const>{map}, layer_range::all(p.g)}, stream.get());
+      thread.submit(b, copy_plan{p.src, p.dst, std::span<page_pair const>{map}, layer_range::all(p.g)}, stream.get());
   thread.drain();
   STRATA_CUDA_TRY(cudaDeviceSynchronize());  // the layers before 5 have landed; 5 and later never will
   CHECK(h.failed());
@@ -117,7 +119,7 @@ TEST_CASE("a failed transfer is not done: done() rethrows, failed() says so", "[
   // A transfer that succeeds is neither failed nor throwing.
   b.fail_at = -1;
   transfer_handle const ok =
-    thread.submit(b, copy_plan{p.src, p.dst, std::span<page_pair const>{map}, layer_range::all(p.g)}, stream.get());
+      thread.submit(b, copy_plan{p.src, p.dst, std::span<page_pair const>{map}, layer_range::all(p.g)}, stream.get());
   ok.synchronize();
   CHECK_FALSE(ok.failed());
   CHECK(ok.done());
@@ -227,9 +229,8 @@ TEST_CASE("a submit thread owns the page list: it may be freed right after submi
   h.synchronize();
   g.synchronize();
   copy_plan const expected_plan{p.src, p.dst, std::span<page_pair const>{original}, layer_range::all(p.g)};
-  CHECK(test::first_difference(test::download(p.dev),
-                               test::expected_after(expected_plan, p.records, p.host.data(), p.poison, p.dev.data())) ==
-        -1);
+  CHECK(test::first_difference(test::download(p.dev), test::expected_after(expected_plan, p.records, p.host.data(),
+                                                                           p.poison, p.dev.data())) == -1);
 }
 
 TEST_CASE("split round trips every layout pair bit-exactly", "[gpu][split]")
@@ -260,7 +261,9 @@ TEST_CASE("split completes per layer: another stream waits for each layer of bot
   page_first const src{host.data(), g, pages};
   layer_first const dst{dev.data(), g, pages};
   std::vector<page_pair> map;
-  for (auto i : test::random_map(pages, pages, pages, rng)) { map.push_back(i); }
+  for (auto i : test::random_map(pages, pages, pages, rng)) {
+    map.push_back(i);
+  }
   copy_plan const plan{src, dst, std::span<page_pair const>{map}, layer_range::all(g)};
   auto const expected = test::expected_after(plan, records, host.data(), poison, dev.data());
   auto const layer_bytes = static_cast<std::size_t>(pages * g.page_bytes() / g.layers);
@@ -271,7 +274,8 @@ TEST_CASE("split completes per layer: another stream waits for each layer of bot
   for (int via_thread = 0; via_thread < 2; ++via_thread) {
     INFO("through a submit thread: " << via_thread);
     test::upload(dev, poison);
-    transfer_handle const h = via_thread != 0 ? thread.submit(b, plan, copy_stream.get()) : submit(b, plan, copy_stream.get());
+    transfer_handle const h =
+        via_thread != 0 ? thread.submit(b, plan, copy_stream.get()) : submit(b, plan, copy_stream.get());
     REQUIRE(h.per_layer());
     // The compute stream copies each layer (both planes: contiguous in layer_first) as soon as its
     // event says it landed, in order: an event recorded before both shares of its layer landed

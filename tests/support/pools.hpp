@@ -159,9 +159,7 @@ void with_pool(layout_kind k, kv_geometry const& g, std::int64_t pages, std::uin
 /// `with_pool` with a seed drawn from `rng`.
 template <class Storage = std::vector<std::byte>, class F>
 void with_pool(layout_kind k, kv_geometry const& g, std::int64_t pages, std::mt19937_64& rng, F&& f)
-{
-  with_pool<Storage>(k, g, pages, static_cast<std::uint64_t>(rng()), std::forward<F>(f));
-}
+{ with_pool<Storage>(k, g, pages, static_cast<std::uint64_t>(rng()), std::forward<F>(f)); }
 
 /// Fills bytes with random data.
 inline void fill_random(std::vector<std::byte>& bytes, std::mt19937_64& rng)

@@ -56,7 +56,7 @@ constexpr std::int64_t max_tokens = strata::sim::max_request_tokens;  // per req
 constexpr std::int64_t max_device_pages = std::int64_t{1} << 24;
 constexpr std::int64_t max_host_pages = std::int64_t{1} << 30;  // and file tier pages
 constexpr double min_gbps = 1e-3, max_gbps = 1e4;               // file tier bandwidths, GB/s
-constexpr double max_seconds = strata::sim::max_arrival_s;  // trace arrivals and think times (about 32 years)
+constexpr double max_seconds = strata::sim::max_arrival_s;      // trace arrivals and think times (about 32 years)
 }  // namespace limits
 
 /// Defaults of the generated workloads: requests and arrival rate.
@@ -1033,12 +1033,12 @@ int main(int argc, char** argv)
                    "--file-bench and --file-gbps / --file-write-gbps all set the file tier's bandwidth: give one");
     if (o.file_sweep) {
       // The scenario fixes its workload, strategies, loads and seeds.
-      STRATA_EXPECTS(o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
-                         o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.rate &&
-                         o.delay_hits && o.balance && o.bubbles && !o.deadline_slack && !o.prefix_order &&
-                         o.trace.empty(),
-                     "--file-sweep takes only --out, --requests, --budget, --device-pages, --host-pages, "
-                     "--file-pages, --file-gbps, --file-write-gbps, --file-bench, --write-policy, --prefetch and --progress");
+      STRATA_EXPECTS(
+          o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
+              o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.rate && o.delay_hits &&
+              o.balance && o.bubbles && !o.deadline_slack && !o.prefix_order && o.trace.empty(),
+          "--file-sweep takes only --out, --requests, --budget, --device-pages, --host-pages, "
+          "--file-pages, --file-gbps, --file-write-gbps, --file-bench, --write-policy, --prefetch and --progress");
       options f = o;
       if (!f.policy) { f.policy = write_policy::write_back; }  // the file tier holds what the host lets go
       return run_file_sweep(f);

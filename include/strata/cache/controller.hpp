@@ -52,13 +52,11 @@ namespace strata {
  *        `P::executor` (a `copy_executor` over the tiers).
  */
 template <class P>
-concept cache_policies = requires
-{
+concept cache_policies = requires {
   typename P::tiers;
   typename P::scheduler;
   typename P::executor;
-}
-&&scheduler_strategy<typename P::scheduler>&& copy_executor<typename P::executor, typename P::tiers>;
+} && scheduler_strategy<typename P::scheduler> && copy_executor<typename P::executor, typename P::tiers>;
 
 /// @brief The defaults of a CPU engine: the engine's pool in `Layout` (host memory), a `host_pool`
 ///        tier, the Strata strategy, `host_executor`.
@@ -92,8 +90,8 @@ struct controller_options {
   /// Seconds on the engine's clock, for the prefetch timeout (empty: `std::chrono::steady_clock`;
   /// the simulator passes virtual time).
   std::function<double()> clock{};
-  std::int64_t selective_hits = 2;                    ///< hits before a `write_through_selective` backup
-  std::int64_t delay_hit_tokens = 64;                 ///< shortest prefix worth waiting for (delay hits)
+  std::int64_t selective_hits = 2;     ///< hits before a `write_through_selective` backup
+  std::int64_t delay_hit_tokens = 64;  ///< shortest prefix worth waiting for (delay hits)
   /// The scheduler's cost model (empty: `h200::costs_for(geometry)`, H200 figures).
   cost_model costs{};
   /// Tokens given to `submit` are one id per page (the simulator's compact index), not token ids.
@@ -257,7 +255,8 @@ class cache_controller {
     STRATA_EXPECTS(options_.costs.page_tokens() == page_tokens(), "cache_controller: the cost model's pages hold ",
                    options_.costs.page_tokens(), " tokens, the tiers' ", page_tokens());
     STRATA_EXPECTS(options_.prefetch_timeout_s >= 0 && options_.prefetch_timeout_s < 1e9,
-                   "cache_controller: prefetch_timeout_s must be in [0, 1e9) seconds, got ", options_.prefetch_timeout_s);
+                   "cache_controller: prefetch_timeout_s must be in [0, 1e9) seconds, got ",
+                   options_.prefetch_timeout_s);
     restore();
   }
   cache_controller(cache_controller const&) = delete;
@@ -780,14 +779,10 @@ class cache_controller {
     return *it->second;
   }
   [[nodiscard]] std::int64_t whole_pages(state const& s) const noexcept
-  {
-    return options_.page_ids ? std::int64_t(s.tokens.size()) : std::int64_t(s.tokens.size()) / page_tokens();
-  }
+  { return options_.page_ids ? std::int64_t(s.tokens.size()) : std::int64_t(s.tokens.size()) / page_tokens(); }
   [[nodiscard]] std::span<std::int32_t const> prompt_ids(state const& s) const noexcept { return s.tokens; }
   [[nodiscard]] std::int64_t device_pages_available_locked() const
-  {
-    return tiers_.device().slots().available() + tree_.reclaimable_pages(tier::device);
-  }
+  { return tiers_.device().slots().available() + tree_.reclaimable_pages(tier::device); }
 
   /// Device pages for `n`, evicting under pressure (demotions and backups queued). None: no room.
   std::optional<std::vector<std::int64_t>> allocate(std::int64_t n)
@@ -841,8 +836,9 @@ class cache_controller {
       // pages below its prefix that the plan chose to recompute (`prefill_item::prefix_pages`: a
       // slow tier), so that a request extending them waits instead of computing them too.
       std::size_t const unmarked =
-          s.transient_pages == 0 ? keys.size()
-                                 : std::size_t(std::max<std::int64_t>(0, tree_.probe(s.tokens).tokens / page_tokens() - cached));
+          s.transient_pages == 0
+              ? keys.size()
+              : std::size_t(std::max<std::int64_t>(0, tree_.probe(s.tokens).tokens / page_tokens() - cached));
       for (std::size_t k = 0; k < std::min(unmarked, keys.size()); ++k) {
         if (unmarked_computing_.emplace(keys[k], w.id).second) { s.computing_keys.push_back(keys[k]); }
       }
@@ -1014,7 +1010,11 @@ class cache_controller {
         STRATA_EXPECTS(ids <= store_type::max_record_ids, "cache_controller: a page of ", ids,
                        " ids does not fit a file-tier record's header (at most ", store_type::max_record_ids, ")");
       }
-      if constexpr (requires { store.recovered()[0].ids; store.recovered()[0].parent_key; store.key(0); }) {
+      if constexpr (requires {
+                      store.recovered()[0].ids;
+                      store.recovered()[0].parent_key;
+                      store.key(0);
+                    }) {
         std::vector<std::int64_t> slots;
         for (auto const& r : store.recovered()) {
           // Only records the store still holds as recovered (a store reused by a second controller

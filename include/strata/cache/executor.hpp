@@ -47,16 +47,11 @@ enum class copy_kind { load, copy };
  */
 template <class E, class Tiers>
 concept copy_executor = std::copyable<typename E::handle_type> && std::default_initializable<typename E::stream_type> &&
-    requires(E& e, E const& ce, Tiers& tiers, std::span<copy_order const> orders, copy_kind kind,
-             typename E::stream_type stream, typename E::handle_type const& h)
-{
-  {
-    e.submit(tiers, orders, kind, stream)
-    } -> std::same_as<typename E::handle_type>;
-  {
-    ce.status(h)
-    } -> std::same_as<copy_status>;
-};
+                        requires(E& e, E const& ce, Tiers& tiers, std::span<copy_order const> orders, copy_kind kind,
+                                 typename E::stream_type stream, typename E::handle_type const& h) {
+                          { e.submit(tiers, orders, kind, stream) } -> std::same_as<typename E::handle_type>;
+                          { ce.status(h) } -> std::same_as<copy_status>;
+                        };
 
 namespace detail {
 
@@ -160,8 +155,9 @@ template <class S>
 {
   auto const sources = legs.sources();
   if constexpr (requires {
-                  store.write(legs.to, std::span<std::byte const* const>{sources}, std::span<std::uint64_t const>{d.keys},
-                              std::span<std::uint64_t const>{d.parent_keys}, std::span<std::int32_t const>{d.ids});
+                  store.write(legs.to, std::span<std::byte const* const>{sources},
+                              std::span<std::uint64_t const>{d.keys}, std::span<std::uint64_t const>{d.parent_keys},
+                              std::span<std::int32_t const>{d.ids});
                 }) {
     if (!d.keys.empty()) {
       return store.write(legs.to, std::span<std::byte const* const>{sources}, std::span<std::uint64_t const>{d.keys},
@@ -205,7 +201,7 @@ class host_executor {
         kv_geometry const g = src.geometry();
         if constexpr (addressable_store<S> && addressable_store<D>) {
           host_copy{}.copy(copy_plan{src.layout(), dst.layout(), pairs, layer_range::all(g)});
-        } else if constexpr ((addressable_store<S> || record_store<S>)&&(addressable_store<D> || record_store<D>)) {
+        } else if constexpr ((addressable_store<S> || record_store<S>) && (addressable_store<D> || record_store<D>)) {
           // Through page-first records in host memory: record i holds pair i.
           std::int64_t const n = std::int64_t(pairs.size());
           bounce_.resize(std::size_t(n * g.page_bytes()));
@@ -215,13 +211,15 @@ class host_executor {
             STRATA_EXPECTS(detail::read_records(src, legs, d), "host_executor: reading ", n, " records from the ",
                            to_string(S::kind), " tier failed");
           } else {
-            host_copy{}.copy(copy_plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)});
+            host_copy{}.copy(
+                copy_plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)});
           }
           if constexpr (record_store<D>) {
             STRATA_EXPECTS(detail::write_records(dst, legs, d), "host_executor: writing ", n, " records to the ",
                            to_string(D::kind), " tier failed");
           } else {
-            host_copy{}.copy(copy_plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)});
+            host_copy{}.copy(
+                copy_plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)});
           }
         } else {
           STRATA_EXPECTS(false, "host_executor: no copy between the ", to_string(S::kind), " and ", to_string(D::kind),
@@ -236,9 +234,7 @@ class host_executor {
   }
   /// @brief `done`, or `failed`.
   [[nodiscard]] copy_status status(handle_type const& h) const noexcept
-  {
-    return h.failed ? copy_status::failed : copy_status::done;
-  }
+  { return h.failed ? copy_status::failed : copy_status::done; }
   /// @brief Submissions so far.
   [[nodiscard]] std::int64_t submissions() const noexcept { return submissions_; }
 

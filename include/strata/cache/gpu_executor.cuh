@@ -92,7 +92,7 @@ struct gpu_executor_config {
   /// Submit `dma_batch` transfers from a `submit_thread` (the engine's thread spends ~nothing); false:
   /// on the calling thread (~0.5 µs per descriptor, while the controller's lock is held).
   bool dma_submit_thread = true;
-  gpu_assisted_config load_kernel = default_load_config;  ///< copy-kernel quota for loads
+  gpu_assisted_config load_kernel = default_load_config;    ///< copy-kernel quota for loads
   gpu_assisted_config copy_kernel = default_backup_config;  ///< copy-kernel quota for backups, demotions
   dma_batch_config dma{};                                   ///< `dma_batch` tuning
   staged_config staged{};                                   ///< `staged` tuning
@@ -221,8 +221,8 @@ class gpu_executor {
           } else if constexpr (addressable_store<S> && record_store<D>) {
             to_records(src, dst, d, s);  // done when it returns
           } else {
-            STRATA_EXPECTS(false, "gpu_executor: no copy between the ", to_string(S::kind), " and ",
-                           to_string(D::kind), " tiers (each needs a layout or records)");
+            STRATA_EXPECTS(false, "gpu_executor: no copy between the ", to_string(S::kind), " and ", to_string(D::kind),
+                           " tiers (each needs a layout or records)");
           }
           moved = true;
         });
@@ -288,9 +288,7 @@ class gpu_executor {
   /// @brief The backend the choice picks for `bytes` in blocks of `block_bytes` (what `submit` does
   ///        per direction), for reports and tests. @param records whether `staged` can move it
   [[nodiscard]] gpu_backend choose(copy_kind kind, double bytes, double block_bytes, bool records = true) const
-  {
-    return state_->choose(kind, bytes, block_bytes, records);
-  }
+  { return state_->choose(kind, bytes, block_bytes, records); }
 
   /// @brief Transfers issued so far. Any thread.
   [[nodiscard]] gpu_executor_stats stats() const noexcept
@@ -384,7 +382,9 @@ class gpu_executor {
           for (auto& g : o.gbps) {
             g = std::min(g, cap);
           }
-          if (!config.dma_submit_thread) { o.caller_cpu_ms_per_gib = double(1 << 30) / block_bytes * config.dma_descriptor_us * 1e-3; }
+          if (!config.dma_submit_thread) {
+            o.caller_cpu_ms_per_gib = double(1 << 30) / block_bytes * config.dma_descriptor_us * 1e-3;
+          }
         }
         candidates.push_back(std::move(o));
         which.push_back(backend);
@@ -495,7 +495,7 @@ class gpu_executor {
     detail::record_legs const legs{d.pairs, records};
     if (!detail::read_records(src, legs, d)) {
       throw error(detail::concat("strata: gpu_executor: reading ", n, " records from the ", to_string(S::kind),
-                         " tier failed (the load is a miss)"));
+                                 " tier failed (the load is a miss)"));
     }
     copy_plan const plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)};
     if constexpr (D::kind == tier::device) {
@@ -524,7 +524,8 @@ class gpu_executor {
       host_copy{}.copy(plan);
     }
     if (!detail::write_records(dst, legs, d)) {
-      throw error(detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind), " tier failed"));
+      throw error(
+          detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind), " tier failed"));
     }
   }
 
@@ -551,8 +552,8 @@ static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, p
 template <kv_layout Layout, class... Lower>
 struct gpu_policies {
   using tiers = tier_stack<device_pool<Layout>, pinned_host_pool, Lower...>;  ///< device, pinned host, lower
-  using scheduler = strata_scheduler;                               ///< delay hits, balance, bubbles
-  using executor = gpu_executor;                                    ///< GPU transfers, chosen per transfer
+  using scheduler = strata_scheduler;                                         ///< delay hits, balance, bubbles
+  using executor = gpu_executor;                                              ///< GPU transfers, chosen per transfer
 };
 
 /**

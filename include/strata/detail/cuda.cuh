@@ -20,9 +20,7 @@ namespace strata::detail {
 class cuda_event {
  public:
   explicit cuda_event(bool timing = false)
-  {
-    STRATA_CUDA_TRY(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
-  }
+  { STRATA_CUDA_TRY(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming)); }
   cuda_event(cuda_event&& o) noexcept : event_{std::exchange(o.event_, nullptr)} {}
   cuda_event& operator=(cuda_event&& o) noexcept
   {
@@ -46,9 +44,7 @@ class cuda_event {
 class cuda_stream {
  public:
   explicit cuda_stream(int priority = 0)
-  {
-    STRATA_CUDA_TRY(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
-  }
+  { STRATA_CUDA_TRY(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority)); }
   cuda_stream(cuda_stream&& o) noexcept : stream_{std::exchange(o.stream_, nullptr)} {}
   cuda_stream& operator=(cuda_stream&& o) noexcept
   {
@@ -79,12 +75,11 @@ class device_buffer {
       (void)cudaGetLastError();
       std::size_t free = 0, total = 0;
       (void)cudaMemGetInfo(&free, &total);
-      throw out_of_memory(concat("strata: cudaMalloc of ", bytes, " bytes failed (", cudaGetErrorName(e), "); ",
-                                 free, " of ", total, " bytes free"));
+      throw out_of_memory(concat("strata: cudaMalloc of ", bytes, " bytes failed (", cudaGetErrorName(e), "); ", free,
+                                 " of ", total, " bytes free"));
     }
   }
-  device_buffer(device_buffer&& o) noexcept
-    : data_{std::exchange(o.data_, nullptr)}, bytes_{std::exchange(o.bytes_, 0)}
+  device_buffer(device_buffer&& o) noexcept : data_{std::exchange(o.data_, nullptr)}, bytes_{std::exchange(o.bytes_, 0)}
   {
   }
   device_buffer& operator=(device_buffer&& o) noexcept
@@ -117,11 +112,11 @@ class pinned_buffer {
     cudaError_t const e = cudaHostAlloc(&data_, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      throw out_of_memory(concat("strata: cudaHostAlloc of ", bytes, " pinned bytes failed (", cudaGetErrorName(e), ")"));
+      throw out_of_memory(
+          concat("strata: cudaHostAlloc of ", bytes, " pinned bytes failed (", cudaGetErrorName(e), ")"));
     }
   }
-  pinned_buffer(pinned_buffer&& o) noexcept
-    : data_{std::exchange(o.data_, nullptr)}, bytes_{std::exchange(o.bytes_, 0)}
+  pinned_buffer(pinned_buffer&& o) noexcept : data_{std::exchange(o.data_, nullptr)}, bytes_{std::exchange(o.bytes_, 0)}
   {
   }
   pinned_buffer& operator=(pinned_buffer&& o) noexcept

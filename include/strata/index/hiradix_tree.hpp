@@ -58,8 +58,8 @@ struct hiradix_config {
   /// holds everything the host does, so a restart or a host eviction loses nothing), or once the
   /// node is hit `selective_hits` times (`write_through_selective`).
   write_policy file_policy = write_policy::write_back;
-  std::int64_t selective_hits = 2;  ///< hits before a selective backup (to the host, or to the file tier)
-  std::int64_t delay_hit_tokens = 64;                           ///< shortest transient match reported as a delay hit
+  std::int64_t selective_hits = 2;     ///< hits before a selective backup (to the host, or to the file tier)
+  std::int64_t delay_hit_tokens = 64;  ///< shortest transient match reported as a delay hit
 };
 
 /// @brief What `match` found.
@@ -305,9 +305,7 @@ class hiradix_tree {
 
   /// @brief Whether `node` still exists (a `node_ref` goes stale when its node is removed).
   [[nodiscard]] bool alive(node_ref node) const noexcept
-  {
-    return node.index < nodes_.size() && nodes_[node.index].alive && nodes_[node.index].generation == node.generation;
-  }
+  { return node.index < nodes_.size() && nodes_[node.index].alive && nodes_[node.index].generation == node.generation; }
 
   /// @brief Whether page `page` of the device, host or file tier belongs to a node (resident, or
   ///        the destination of a pending copy). False for ids out of range and other tiers.
@@ -431,9 +429,7 @@ class hiradix_tree {
    * @throw strata::invalid_argument for a request without transient pages
    */
   void mark_in_flight(request_id request)
-  {
-    nodes_[transient_node(request, "mark_in_flight")].state = transient_state::in_flight;
-  }
+  { nodes_[transient_node(request, "mark_in_flight")].state = transient_state::in_flight; }
 
   /// @brief Transient pages of `request` (0 if none): how many device pages `commit` takes.
   [[nodiscard]] std::int64_t transient_pages(request_id request) const
@@ -627,7 +623,8 @@ class hiradix_tree {
     std::uint32_t const x = node.index;
     auto busy = [&](std::uint32_t i) {
       node_data const& n = nodes_[i];
-      return has_pins(n) || n.state == transient_state::in_flight || n.locks[0] + n.locks[1] + n.locks[2] + n.locks[3] > 0;
+      return has_pins(n) || n.state == transient_state::in_flight ||
+             n.locks[0] + n.locks[1] + n.locks[2] + n.locks[3] > 0;
     };
     if (!nodes_[x].resident[std::size_t(t)]) {
       r.dropped = true;
@@ -651,9 +648,9 @@ class hiradix_tree {
       }
     }
     std::uint32_t const parent = nodes_[x].parent;
-    if (nodes_[x].state != transient_state::none) { return r; }  // not a cached node
+    if (nodes_[x].state != transient_state::none) { return r; }     // not a cached node
     for (auto it = subtree.rbegin(); it != subtree.rend(); ++it) {  // children first
-      if (nodes_[*it].state == transient_state::in_queue) {  // a waiting request's mark: it marks again
+      if (nodes_[*it].state == transient_state::in_queue) {         // a waiting request's mark: it marks again
         r.unmarked.push_back(nodes_[*it].owner);
         transient_.erase(nodes_[*it].owner);
         remove_node(*it);
@@ -907,9 +904,7 @@ class hiradix_tree {
    *        free while a pinned node blocks its unlocked ancestors, until the copy lands).
    */
   [[nodiscard]] std::int64_t reclaimable_pages(tier t) const noexcept
-  {
-    return stats_.resident_pages[std::size_t(t)] - held_[std::size_t(t)];
-  }
+  { return stats_.resident_pages[std::size_t(t)] - held_[std::size_t(t)]; }
 
   /// @brief Pages evictable from tier `t` right now (tier-leaves only).
   [[nodiscard]] std::int64_t evictable_pages(tier t) const
@@ -1128,23 +1123,15 @@ class hiradix_tree {
     return mix(h);
   }
   static std::int64_t remote_key(node_data const& n, std::int64_t k) noexcept
-  {
-    return static_cast<std::int64_t>(n.hashes[std::size_t(k)] >> 1);
-  }
+  { return static_cast<std::int64_t>(n.hashes[std::size_t(k)] >> 1); }
   /// Real tokens of one page, for reported counts.
   [[nodiscard]] std::int64_t page_token_count() const noexcept { return config_.page_tokens * config_.tokens_per_id; }
   [[nodiscard]] std::int64_t whole_pages(std::span<std::int32_t const> tokens) const noexcept
-  {
-    return static_cast<std::int64_t>(tokens.size()) / config_.page_tokens;
-  }
+  { return static_cast<std::int64_t>(tokens.size()) / config_.page_tokens; }
   [[nodiscard]] std::int32_t const* page_at(std::span<std::int32_t const> tokens, std::int64_t p) const noexcept
-  {
-    return tokens.data() + p * config_.page_tokens;
-  }
+  { return tokens.data() + p * config_.page_tokens; }
   [[nodiscard]] bool same_pages(std::int32_t const* a, std::int32_t const* b, std::int64_t pages) const noexcept
-  {
-    return std::memcmp(a, b, static_cast<std::size_t>(pages * config_.page_tokens) * sizeof(std::int32_t)) == 0;
-  }
+  { return std::memcmp(a, b, static_cast<std::size_t>(pages * config_.page_tokens) * sizeof(std::int32_t)) == 0; }
   [[nodiscard]] std::uint32_t find_child(std::uint32_t parent, std::span<std::int32_t const> tokens,
                                          std::int64_t p) const
   {
@@ -1193,9 +1180,7 @@ class hiradix_tree {
     return path;
   }
   static bool cached(node_data const& n) noexcept
-  {
-    return n.resident[0] || n.resident[1] || n.resident[2] || n.resident[3];
-  }
+  { return n.resident[0] || n.resident[1] || n.resident[2] || n.resident[3]; }
   /// The fastest tier holding a cached node (a load comes from there).
   static std::size_t fastest_tier(node_data const& n) noexcept
   {
@@ -1667,9 +1652,7 @@ class hiradix_tree {
 
   // -- held pages: resident and locked or pinned, per tier (for reclaimable_pages) --
   [[nodiscard]] static bool held_in(node_data const& n, std::size_t t) noexcept
-  {
-    return n.alive && n.resident[t] && (n.locks[t] > 0 || has_pins(n));
-  }
+  { return n.alive && n.resident[t] && (n.locks[t] > 0 || has_pins(n)); }
   void unaccount(std::uint32_t i) noexcept
   {
     for (std::size_t t = 0; t < tier_count; ++t) {

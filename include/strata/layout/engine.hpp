@@ -89,9 +89,7 @@ class vllm_layout {
   [[nodiscard]] STRATA_HOST_DEVICE std::int64_t num_pages() const noexcept { return num_pages_; }
   /// @brief Bytes each layer's tensor spans.
   [[nodiscard]] std::int64_t tensor_bytes() const noexcept
-  {
-    return geometry_.planes * num_pages_ * geometry_.block_bytes();
-  }
+  { return geometry_.planes * num_pages_ * geometry_.block_bytes(); }
 
   /// @brief The block of (page, layer, plane); unchecked.
   [[nodiscard]] STRATA_HOST_DEVICE block_ref block(std::int64_t page, std::int64_t layer,
@@ -166,9 +164,7 @@ class hf_layout {
   [[nodiscard]] STRATA_HOST_DEVICE std::int64_t pages_per_sequence() const noexcept { return pages_per_sequence_; }
   /// @brief Bytes each (layer, plane) tensor spans.
   [[nodiscard]] std::int64_t tensor_bytes() const noexcept
-  {
-    return num_pages_ / pages_per_sequence_ * geometry_.kv_heads * seq_capacity_ * geometry_.head_bytes();
-  }
+  { return num_pages_ / pages_per_sequence_ * geometry_.kv_heads * seq_capacity_ * geometry_.head_bytes(); }
 
   /// @brief The block of (page, layer, plane); unchecked.
   [[nodiscard]] STRATA_HOST_DEVICE block_ref block(std::int64_t page, std::int64_t layer,

@@ -43,9 +43,7 @@ struct block_ref {
 
   /// @brief True when the whole block is one contiguous run of `g.block_bytes()` bytes.
   [[nodiscard]] STRATA_HOST_DEVICE constexpr bool contiguous(kv_geometry const& g) const noexcept
-  {
-    return token_stride == g.row_bytes() && (g.kv_heads == 1 || head_stride == g.head_bytes());
-  }
+  { return token_stride == g.row_bytes() && (g.kv_heads == 1 || head_stride == g.head_bytes()); }
 };
 
 /**
@@ -59,25 +57,14 @@ struct block_ref {
  * - `L::order`: the `layout_order` of its memory, and `L::name` for reports.
  */
 template <class L>
-concept kv_layout = std::is_trivially_copyable_v<L> &&
-    requires(L const& l, std::int64_t page, std::int64_t layer, std::int64_t plane)
-{
-  {
-    l.geometry()
-    } -> std::convertible_to<kv_geometry>;
-  {
-    l.num_pages()
-    } -> std::same_as<std::int64_t>;
-  {
-    l.block(page, layer, plane)
-    } -> std::same_as<block_ref>;
-  {
-    L::order
-    } -> std::convertible_to<layout_order>;
-  {
-    L::name
-    } -> std::convertible_to<char const*>;
-};
+concept kv_layout =
+    std::is_trivially_copyable_v<L> && requires(L const& l, std::int64_t page, std::int64_t layer, std::int64_t plane) {
+      { l.geometry() } -> std::convertible_to<kv_geometry>;
+      { l.num_pages() } -> std::same_as<std::int64_t>;
+      { l.block(page, layer, plane) } -> std::same_as<block_ref>;
+      { L::order } -> std::convertible_to<layout_order>;
+      { L::name } -> std::convertible_to<char const*>;
+    };
 
 /// @brief Most (layer, plane) base pointers a pointer-table layout holds: 256 layers of K and V.
 inline constexpr std::int64_t max_layer_tables = 512;

@@ -34,9 +34,7 @@ class page_first : public detail::contiguous_pool {
 
   /// @brief First byte of page `page`'s record; unchecked.
   [[nodiscard]] STRATA_HOST_DEVICE std::byte* page_data(std::int64_t page) const noexcept
-  {
-    return base_ + page * geometry_.page_bytes();
-  }
+  { return base_ + page * geometry_.page_bytes(); }
 
   /// @brief The block of (page, layer, plane); unchecked.
   [[nodiscard]] STRATA_HOST_DEVICE block_ref block(std::int64_t page, std::int64_t layer,

@@ -150,9 +150,7 @@ class cost_model {
   ///        with it: the record reads unless `io_costs::record_reads_overlap`, else 0. Pass it to
   ///        `batch_s` and `stall_s`.
   [[nodiscard]] double serial_load_s(std::array<std::int64_t, tier_count> const& pages) const noexcept
-  {
-    return io_.record_reads_overlap ? 0.0 : record_read_s(pages);
-  }
+  { return io_.record_reads_overlap ? 0.0 : record_read_s(pages); }
   /// @brief Write bandwidth into tier `t` (a record tier's `store_bytes_per_s`, or its load
   ///        bandwidth where that is 0; the host's is `backup_bytes_per_s`).
   [[nodiscard]] double write_bytes_per_s(tier t) const noexcept
@@ -180,9 +178,7 @@ class cost_model {
   }
   /// @brief Seconds to back `pages` pages up to the host.
   [[nodiscard]] double backup_s(std::int64_t pages) const noexcept
-  {
-    return double(pages) * double(page_bytes_) / io_.backup_bytes_per_s;
-  }
+  { return double(pages) * double(page_bytes_) / io_.backup_bytes_per_s; }
   /// @brief Seconds of prefill for `new_tokens` tokens attending to `context_tokens` earlier tokens
   ///        (and causally to each other).
   [[nodiscard]] double prefill_s(std::int64_t new_tokens, std::int64_t context_tokens) const noexcept
@@ -354,14 +350,10 @@ class cost_model {
   /// The PCIe leg of a record tier's bytes: from the host bounce buffer into the device pool, one
   /// more host-tier copy (the engine-thread CPU of those bytes is counted once, by `load_s`).
   [[nodiscard]] double host_leg_s(double bytes) const noexcept
-  {
-    return io_.load_latency_s[std::size_t(tier::host)] + bytes / io_.load_bytes_per_s[std::size_t(tier::host)];
-  }
+  { return io_.load_latency_s[std::size_t(tier::host)] + bytes / io_.load_bytes_per_s[std::size_t(tier::host)]; }
   /// Compute time with the part that overlaps loads slowed by `prefill_slowdown`.
   [[nodiscard]] double slowed_compute_s(double load, double compute) const noexcept
-  {
-    return compute + std::min(load, compute) * io_.prefill_slowdown;
-  }
+  { return compute + std::min(load, compute) * io_.prefill_slowdown; }
 
   compute_costs compute_{};
   io_costs io_{};

@@ -75,8 +75,8 @@ struct batch_plan {
   double predicted_load_s = 0;           ///< loads of the batch's first chunks
   /// Of `predicted_load_s`, what precedes the compute (`cost_model::serial_load_s`: record reads)
   double predicted_serial_load_s = 0;
-  double predicted_compute_s = 0;        ///< compute of all its chunks
-  std::uint64_t round = 0;                ///< which `cache_controller::schedule` made it (0: none)
+  double predicted_compute_s = 0;  ///< compute of all its chunks
+  std::uint64_t round = 0;         ///< which `cache_controller::schedule` made it (0: none)
   [[nodiscard]] std::int64_t tokens() const noexcept
   {
     std::int64_t n = 0;
@@ -108,17 +108,10 @@ struct scheduler_view {
  *        transient in the index (needed for delay hits).
  */
 template <class S>
-concept scheduler_strategy = requires(S& s, scheduler_view const& v)
-{
-  {
-    s.schedule(v)
-    } -> std::same_as<batch_plan>;
-  {
-    S::name
-    } -> std::convertible_to<char const*>;
-  {
-    s.uses_transient_nodes()
-    } -> std::convertible_to<bool>;
+concept scheduler_strategy = requires(S& s, scheduler_view const& v) {
+  { s.schedule(v) } -> std::same_as<batch_plan>;
+  { S::name } -> std::convertible_to<char const*>;
+  { s.uses_transient_nodes() } -> std::convertible_to<bool>;
 };
 
 }  // namespace strata

@@ -219,7 +219,7 @@ class strata_scheduler {
     for (std::size_t i : order) {
       n_overdue += overdue[i] != 0;
     }
-    bool const others_waiting = long_waiting;                 // for the balance share
+    bool const others_waiting = long_waiting;                   // for the balance share
     bool const not_overdue_waiting = n_overdue < order.size();  // for the deadline share
     bool memory_full = false;
     std::vector<std::size_t> capped;

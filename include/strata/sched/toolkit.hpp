@@ -34,9 +34,7 @@ namespace strata {
 /// @brief Prompt tokens of waiting request `i` found cached by match `m`: at least the last token is
 ///        computed (it produces the first output token).
 inline std::int64_t cached_tokens_of(scheduler_view const& v, std::size_t i, match_result const& m)
-{
-  return std::min(m.tokens, v.waiting[i].prompt_tokens - 1);
-}
+{ return std::min(m.tokens, v.waiting[i].prompt_tokens - 1); }
 
 /// @brief Pages match `m` brings onto the device, from the fastest lower tier holding each: a page
 ///        whose fastest copy is in the file tier is costed (`cost_model::load_s`) at the file's
@@ -136,15 +134,11 @@ inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64
 
 /// @brief Predicted compute seconds of a plan item.
 inline double item_compute_s(scheduler_view const& v, prefill_item const& it)
-{
-  return v.costs->prefill_s(it.chunk_tokens, it.context_tokens);
-}
+{ return v.costs->prefill_s(it.chunk_tokens, it.context_tokens); }
 
 /// @brief Predicted load seconds of a plan item (its first chunk's loads; 0 for later chunks).
 inline double item_load_s(scheduler_view const& v, prefill_item const& it)
-{
-  return it.first_chunk ? v.costs->load_s(it.load_pages) : 0.0;
-}
+{ return it.first_chunk ? v.costs->load_s(it.load_pages) : 0.0; }
 
 /// @brief Adds an item to the plan, updating budget, memory and predictions.
 inline void add_item(scheduler_view const& v, batch_plan& plan, prefill_item const& it, std::int64_t& budget,

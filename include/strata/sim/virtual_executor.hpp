@@ -65,9 +65,7 @@ class virtual_executor {
   static void land_at(handle_type const& h, double t) noexcept { *h.lands_at = t; }
   /// @brief `done` once the virtual time reached its landing.
   [[nodiscard]] copy_status status(handle_type const& h) const noexcept
-  {
-    return *h.lands_at <= now_ ? copy_status::done : copy_status::pending;
-  }
+  { return *h.lands_at <= now_ ? copy_status::done : copy_status::pending; }
   /// @brief When the next copy (not load) lands after now; infinity if none.
   [[nodiscard]] double next_copy_landing()
   {

@@ -105,9 +105,7 @@ namespace detail {
 /// @brief 1 plus a Poisson draw of mean `mean - 1` (exactly 1 when `mean` is 1: a Poisson
 ///        distribution of mean 0 is undefined).
 inline std::int64_t one_plus_poisson(double mean, std::mt19937_64& rng)
-{
-  return mean > 1 ? 1 + std::poisson_distribution<std::int64_t>{mean - 1}(rng) : 1;
-}
+{ return mean > 1 ? 1 + std::poisson_distribution<std::int64_t>{mean - 1}(rng) : 1; }
 
 /// @brief Hands out page ids: distinct contents get distinct ids.
 class page_id_source {

@@ -114,9 +114,9 @@ struct file_store_options {
 
 /// @brief An intact record found when reopening a store: its slot, and what it says of its page.
 struct recovered_record {
-  std::int64_t slot{};        ///< record slot (allocated in `slots()`)
-  std::uint64_t key{};        ///< content key it was written with
-  std::uint64_t parent_key{};  ///< key of the page before it in its prefix (0: a first page, or not given)
+  std::int64_t slot{};            ///< record slot (allocated in `slots()`)
+  std::uint64_t key{};            ///< content key it was written with
+  std::uint64_t parent_key{};     ///< key of the page before it in its prefix (0: a first page, or not given)
   std::vector<std::int32_t> ids;  ///< the page's ids (token ids), as written; empty when not given
   friend bool operator==(recovered_record const&, recovered_record const&) = default;
 };
@@ -188,14 +188,14 @@ struct fnv1a {
 /// @brief 4 KiB-aligned memory.
 struct aligned_buffer {
   struct deleter {
-    void operator()(std::byte* q) const noexcept { ::operator delete (q, std::align_val_t{file_alignment}); }
+    void operator()(std::byte* q) const noexcept { ::operator delete(q, std::align_val_t{file_alignment}); }
   };
   std::unique_ptr<std::byte, deleter> p;
   std::size_t size = 0;
   void ensure(std::size_t n)
   {
     if (n <= size) { return; }
-    p.reset(static_cast<std::byte*>(::operator new (n, std::align_val_t{file_alignment})));
+    p.reset(static_cast<std::byte*>(::operator new(n, std::align_val_t{file_alignment})));
     size = n;
   }
   [[nodiscard]] std::byte* data() const noexcept { return p.get(); }
@@ -616,9 +616,7 @@ class file_store {
    * @throw strata::invalid_argument as `submit_write`
    */
   [[nodiscard]] bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources)
-  {
-    return wait(submit_write(slots, sources, {}));
-  }
+  { return wait(submit_write(slots, sources, {})); }
 
   /**
    * @brief Stores one record per slot with its page's content key (a hash chained over the prefix).
@@ -627,9 +625,7 @@ class file_store {
    */
   [[nodiscard]] bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
                            std::span<std::uint64_t const> keys)
-  {
-    return wait(submit_write(slots, sources, keys));
-  }
+  { return wait(submit_write(slots, sources, keys)); }
 
   /**
    * @brief As above, with each page's identity (see `submit_write`): what a restart rebuilds the
@@ -638,9 +634,7 @@ class file_store {
   [[nodiscard]] bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
                            std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys,
                            std::span<std::int32_t const> ids)
-  {
-    return wait(submit_write(slots, sources, keys, parent_keys, ids));
-  }
+  { return wait(submit_write(slots, sources, keys, parent_keys, ids)); }
 
   /**
    * @brief Fetches one record per slot into `records` (`page_bytes()` each).
@@ -649,18 +643,14 @@ class file_store {
    * @throw strata::invalid_argument as `submit_read`
    */
   [[nodiscard]] bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records)
-  {
-    return wait(submit_read(slots, records, {}));
-  }
+  { return wait(submit_read(slots, records, {})); }
 
   /**
    * @brief As `read`, and also fails unless each record's key is `expected_keys[i]`.
    */
   [[nodiscard]] bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
                           std::span<std::uint64_t const> expected_keys)
-  {
-    return wait(submit_read(slots, records, expected_keys));
-  }
+  { return wait(submit_read(slots, records, expected_keys)); }
 
   /**
    * @brief Starts writing one record per slot; `sources` must stay valid until the ticket completes.
@@ -685,8 +675,8 @@ class file_store {
                    " slots but ", parent_keys.size(), " parent keys");
     std::size_t const per_page = slots.empty() ? 0 : ids.size() / slots.size();
     STRATA_EXPECTS(per_page * slots.size() == ids.size() && std::int64_t(per_page) <= max_record_ids,
-                   "file_store: write: ", ids.size(), " ids for ", slots.size(), " slots (the same number per slot, at most ",
-                   max_record_ids, ")");
+                   "file_store: write: ", ids.size(), " ids for ", slots.size(),
+                   " slots (the same number per slot, at most ", max_record_ids, ")");
     auto b = std::make_shared<batch>();
     b->write = true;
     b->items.resize(slots.size());

@@ -35,7 +35,7 @@ class host_pool {
       : geometry_{(geometry.validate(), geometry)}, slots_{num_pages}
   {
     auto const bytes = static_cast<std::size_t>(detail::checked_extent(num_pages, geometry.page_bytes(), "host_pool"));
-    memory_.reset(static_cast<std::byte*>(::operator new (bytes, std::align_val_t{64}, std::nothrow)));
+    memory_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}, std::nothrow)));
     STRATA_EXPECTS_AS(out_of_memory, memory_ != nullptr, "host_pool: cannot allocate ", bytes, " bytes");
     std::memset(memory_.get(), 0, bytes);
   }
@@ -53,7 +53,7 @@ class host_pool {
 
  private:
   struct aligned_delete {
-    void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{64}); }
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
   };
   kv_geometry geometry_;
   slot_allocator slots_;
@@ -75,9 +75,7 @@ class virtual_pool {
   /// @throw strata::invalid_argument for an invalid geometry or a negative capacity
   virtual_pool(kv_geometry const& geometry, std::int64_t capacity)
       : geometry_{(geometry.validate(), geometry)}, capacity_{capacity}, slots_{std::max<std::int64_t>(capacity, 1)}
-  {
-    STRATA_EXPECTS(capacity >= 0, "virtual_pool: capacity must not be negative, got ", capacity);
-  }
+  { STRATA_EXPECTS(capacity >= 0, "virtual_pool: capacity must not be negative, got ", capacity); }
   /// @brief Shape of the cache.
   [[nodiscard]] kv_geometry geometry() const noexcept { return geometry_; }
   /// @brief Pages (0: the tier is absent).

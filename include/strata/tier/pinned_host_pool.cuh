@@ -59,18 +59,18 @@ class pinned_host_pool {
    * @throw strata::out_of_memory when the memory cannot be allocated or pinned (nothing is kept)
    */
   pinned_host_pool(kv_geometry const& geometry, std::int64_t num_pages, pinned_pool_options options = {})
-    : geometry_{geometry}, options_{options}, slots_{num_pages > 0 ? num_pages : 1}
+      : geometry_{geometry}, options_{options}, slots_{num_pages > 0 ? num_pages : 1}
   {
     geometry.validate();
     STRATA_EXPECTS(num_pages > 0, "pinned_host_pool: num_pages must be positive, got ", num_pages);
-    STRATA_EXPECTS(options.chunk_bytes > 0, "pinned_host_pool: chunk_bytes must be positive, got ", options.chunk_bytes);
+    STRATA_EXPECTS(options.chunk_bytes > 0, "pinned_host_pool: chunk_bytes must be positive, got ",
+                   options.chunk_bytes);
     STRATA_EXPECTS(options.huge == huge_pages::none || options.allocation == pinned_allocation::registered,
                    "pinned_host_pool: huge pages need pinned_allocation::registered");
     pages_per_chunk_ = std::max<std::int64_t>(1, options.chunk_bytes / geometry.page_bytes());
     std::int64_t const chunks = (num_pages + pages_per_chunk_ - 1) / pages_per_chunk_;
-    STRATA_EXPECTS(chunks <= max_layer_tables, "pinned_host_pool: ", num_pages, " pages need ", chunks,
-                   " chunks of ", pages_per_chunk_, " pages, more than the ", max_layer_tables,
-                   " a layout holds; raise chunk_bytes");
+    STRATA_EXPECTS(chunks <= max_layer_tables, "pinned_host_pool: ", num_pages, " pages need ", chunks, " chunks of ",
+                   pages_per_chunk_, " pages, more than the ", max_layer_tables, " a layout holds; raise chunk_bytes");
     (void)detail::checked_extent(num_pages, geometry.page_bytes(), "pinned_host_pool");
     num_pages_ = num_pages;
     try {
@@ -87,9 +87,12 @@ class pinned_host_pool {
   pinned_host_pool& operator=(pinned_host_pool const&) = delete;
   /// @brief Takes over `other`'s memory and slots (into a `tier_stack`); `other` holds nothing after.
   pinned_host_pool(pinned_host_pool&& other) noexcept
-    : geometry_{other.geometry_}, options_{other.options_}, slots_{std::move(other.slots_)},
-      pages_per_chunk_{other.pages_per_chunk_}, num_pages_{std::exchange(other.num_pages_, 0)},
-      chunks_{std::exchange(other.chunks_, {})}
+      : geometry_{other.geometry_},
+        options_{other.options_},
+        slots_{std::move(other.slots_)},
+        pages_per_chunk_{other.pages_per_chunk_},
+        num_pages_{std::exchange(other.num_pages_, 0)},
+        chunks_{std::exchange(other.chunks_, {})}
   {
   }
   /**
@@ -105,7 +108,9 @@ class pinned_host_pool {
   [[nodiscard]] page_first_chunked layout() const
   {
     std::vector<std::byte*> bases;
-    for (auto const& c : chunks_) { bases.push_back(c.data); }
+    for (auto const& c : chunks_) {
+      bases.push_back(c.data);
+    }
     return page_first_chunked{bases, geometry_, pages_per_chunk_, num_pages_};
   }
   /// @brief Shape of the cache.
@@ -159,8 +164,9 @@ class pinned_host_pool {
     if (options_.huge == huge_pages::reserved) { flags |= MAP_HUGETLB; }
     void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, flags, -1, 0);
     if (p == MAP_FAILED) {
-      throw out_of_memory(detail::concat("strata: pinned_host_pool: mmap of ", mapped, " bytes failed",
-                                         options_.huge == huge_pages::reserved ? " (too few reserved huge pages?)" : ""));
+      throw out_of_memory(
+          detail::concat("strata: pinned_host_pool: mmap of ", mapped, " bytes failed",
+                         options_.huge == huge_pages::reserved ? " (too few reserved huge pages?)" : ""));
     }
     if (options_.huge == huge_pages::transparent) { (void)madvise(p, mapped, MADV_HUGEPAGE); }
     cudaError_t const e = cudaHostRegister(p, want, cudaHostRegisterMapped | cudaHostRegisterPortable);

@@ -43,9 +43,7 @@ class slot_allocator {
   [[nodiscard]] std::int64_t used() const noexcept { return capacity() - available(); }
   /// @brief Whether `slot` is in range and allocated.
   [[nodiscard]] bool is_allocated(std::int64_t slot) const noexcept
-  {
-    return slot >= 0 && slot < capacity() && allocated_[static_cast<std::size_t>(slot)];
-  }
+  { return slot >= 0 && slot < capacity() && allocated_[static_cast<std::size_t>(slot)]; }
 
   /**
    * @brief Allocates `n` slots.

@@ -29,20 +29,11 @@ namespace strata {
  * `slots()`: the controller for the device tier, the prefix index for the others.
  */
 template <class T>
-concept page_store = requires(T& t, T const& ct)
-{
-  {
-    T::kind
-    } -> std::convertible_to<tier>;
-  {
-    ct.geometry()
-    } -> std::convertible_to<kv_geometry>;
-  {
-    ct.capacity()
-    } -> std::same_as<std::int64_t>;
-  {
-    t.slots()
-    } -> std::same_as<slot_allocator&>;
+concept page_store = requires(T& t, T const& ct) {
+  { T::kind } -> std::convertible_to<tier>;
+  { ct.geometry() } -> std::convertible_to<kv_geometry>;
+  { ct.capacity() } -> std::same_as<std::int64_t>;
+  { t.slots() } -> std::same_as<slot_allocator&>;
 };
 
 /**
@@ -50,10 +41,8 @@ concept page_store = requires(T& t, T const& ct)
  *        (`layout()`): the device pool and host memory. Copies between two such stores are copy plans.
  */
 template <class T>
-concept addressable_store = page_store<T> && requires(T const& t)
-{
-  t.layout();
-} && kv_layout<std::remove_cvref_t<decltype(std::declval<T const&>().layout())>>;
+concept addressable_store = page_store<T> && requires(T const& t) { t.layout(); } &&
+                            kv_layout<std::remove_cvref_t<decltype(std::declval<T const&>().layout())>>;
 
 /**
  * @brief A page store reached through host memory: `write(slots, records)` stores one page-first
@@ -62,16 +51,11 @@ concept addressable_store = page_store<T> && requires(T const& t)
  *        stores are record stores; a load from one goes through the host tier.
  */
 template <class T>
-concept record_store = page_store<T> &&
-    requires(T& t, std::span<std::int64_t const> slots, std::span<std::byte* const> records,
-             std::span<std::byte const* const> sources)
-{
-  {
-    t.write(slots, sources)
-    } -> std::same_as<bool>;
-  {
-    t.read(slots, records)
-    } -> std::same_as<bool>;
-};
+concept record_store =
+    page_store<T> && requires(T& t, std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+                              std::span<std::byte const* const> sources) {
+      { t.write(slots, sources) } -> std::same_as<bool>;
+      { t.read(slots, records) } -> std::same_as<bool>;
+    };
 
 }  // namespace strata

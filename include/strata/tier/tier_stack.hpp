@@ -26,7 +26,8 @@ namespace strata {
  * @tparam Tiers `page_store` types (or references to them)
  */
 template <class... Tiers>
-requires(sizeof...(Tiers) >= 1 && (page_store<std::remove_cvref_t<Tiers>> && ...)) class tier_stack {
+requires(sizeof...(Tiers) >= 1 && (page_store<std::remove_cvref_t<Tiers>> && ...))
+class tier_stack {
   static constexpr std::array<tier, sizeof...(Tiers)> kinds_{std::remove_cvref_t<Tiers>::kind...};
   static constexpr bool ordered()
   {
@@ -79,15 +80,11 @@ requires(sizeof...(Tiers) >= 1 && (page_store<std::remove_cvref_t<Tiers>> && ...
   /// @brief The store of tier `K`.
   template <tier K>
   [[nodiscard]] auto& get() noexcept
-  {
-    return std::get<index_of<K>()>(tiers_);
-  }
+  { return std::get<index_of<K>()>(tiers_); }
   /// @brief The store of tier `K`.
   template <tier K>
   [[nodiscard]] auto const& get() const noexcept
-  {
-    return std::get<index_of<K>()>(tiers_);
-  }
+  { return std::get<index_of<K>()>(tiers_); }
   /// @brief The device store.
   [[nodiscard]] auto& device() noexcept { return std::get<0>(tiers_); }
   /// @brief The device store.

@@ -40,10 +40,10 @@ namespace strata {
  */
 template <class B>
 concept transfer_backend =
-  requires(B& b, copy_plan<page_first, layer_first> const& plan, cudaStream_t s, std::span<cudaEvent_t const> ev) {
-    { B::name } -> std::convertible_to<char const*>;
-    b.enqueue(plan, s, ev);
-  };
+    requires(B& b, copy_plan<page_first, layer_first> const& plan, cudaStream_t s, std::span<cudaEvent_t const> ev) {
+      { B::name } -> std::convertible_to<char const*>;
+      b.enqueue(plan, s, ev);
+    };
 
 /// @brief When the consumer of a transfer learns that its data landed.
 enum class completion {
@@ -66,9 +66,13 @@ class transfer_handle {
   {
     auto const n = c == completion::per_layer ? layers.size() : 1;
     state_->events.reserve(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) { state_->events.emplace_back(); }
+    for (std::int64_t i = 0; i < n; ++i) {
+      state_->events.emplace_back();
+    }
     state_->raw.reserve(static_cast<std::size_t>(n));
-    for (auto const& e : state_->events) { state_->raw.push_back(e.get()); }
+    for (auto const& e : state_->events) {
+      state_->raw.push_back(e.get());
+    }
   }
 
   /// @brief Layers the transfer covers.
@@ -99,7 +103,9 @@ class transfer_handle {
   {
     STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
     await_recorded(state_->raw.size());
-    for (auto e : state_->raw) { STRATA_CUDA_TRY(cudaStreamWaitEvent(stream.get(), e, 0)); }
+    for (auto e : state_->raw) {
+      STRATA_CUDA_TRY(cudaStreamWaitEvent(stream.get(), e, 0));
+    }
   }
 
   /// @brief Blocks the calling thread until the whole transfer has landed.
@@ -107,7 +113,9 @@ class transfer_handle {
   {
     STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
     await_recorded(state_->raw.size());
-    for (auto e : state_->raw) { STRATA_CUDA_TRY(cudaEventSynchronize(e)); }
+    for (auto e : state_->raw) {
+      STRATA_CUDA_TRY(cudaEventSynchronize(e));
+    }
   }
 
   /**
@@ -181,9 +189,7 @@ class transfer_handle {
     std::atomic<bool> failed{false};
   };
   [[nodiscard]] std::size_t index(std::int64_t layer) const noexcept
-  {
-    return state_->raw.size() == 1 ? 0 : static_cast<std::size_t>(layer - layers_.begin);
-  }
+  { return state_->raw.size() == 1 ? 0 : static_cast<std::size_t>(layer - layers_.begin); }
   void await_recorded(std::size_t n) const
   {
     // A failed handle may have fewer events recorded than asked for (none, if it failed before it
@@ -211,9 +217,7 @@ class transfer_handle {
 
 /// @brief Makes `stream` wait for one layer of a transfer: `handle.wait_layer(layer, stream)`.
 inline void wait_layer(transfer_handle const& handle, std::int64_t layer, cuda::stream_ref stream)
-{
-  handle.wait_layer(layer, stream);
-}
+{ handle.wait_layer(layer, stream); }
 
 /**
  * @brief Validates `plan`, then enqueues it on `stream` from the calling thread; returns its handle.

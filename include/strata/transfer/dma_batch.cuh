@@ -34,10 +34,10 @@ namespace detail {
 
 /// @brief `cuMemcpyBatchAsync` as the running driver offers it.
 struct batch_entry_points {
-  using v13_fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
-                              std::size_t*, std::size_t, CUstream);
-  using v128_fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
-                               std::size_t*, std::size_t, std::size_t*, CUstream);
+  using v13_fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*, std::size_t*,
+                              std::size_t, CUstream);
+  using v128_fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*, std::size_t*,
+                               std::size_t, std::size_t*, CUstream);
   v13_fn v13{};    ///< CUDA 13 signature (no failIdx)
   v128_fn v128{};  ///< CUDA 12.8–12.9 signature (with failIdx)
   int driver_version{};
@@ -61,7 +61,7 @@ struct batch_entry_points {
         p.v13 = reinterpret_cast<v13_fn>(fn);
       } else if (p.driver_version >= 12080 &&
                  cudaGetDriverEntryPointByVersion("cuMemcpyBatchAsync", &fn, 12080, cudaEnableDefault, &q) ==
-                   cudaSuccess &&
+                     cudaSuccess &&
                  q == cudaDriverEntryPointSuccess && fn != nullptr) {
         p.v128 = reinterpret_cast<v128_fn>(fn);
       }
@@ -95,9 +95,7 @@ class dma_batch {
    * @throw strata::invalid_argument for zero descriptors per call
    */
   explicit dma_batch(dma_batch_config config = {}) : config_{config}
-  {
-    STRATA_EXPECTS(config.descriptors_per_call > 0, "dma_batch: descriptors_per_call must be positive");
-  }
+  { STRATA_EXPECTS(config.descriptors_per_call > 0, "dma_batch: descriptors_per_call must be positive"); }
 
   /// @brief Whether the driver offers `cuMemcpyBatchAsync` (otherwise `cudaMemcpyAsync` per run).
   [[nodiscard]] static bool batch_api_available() { return detail::batch_entry_points::get().available(); }
@@ -149,8 +147,10 @@ class dma_batch {
     attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
     attr.flags = config_.prefer_overlap_with_compute ? CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE : 0;
     std::size_t attr_index = 0;
-    std::size_t per_call = std::max<std::size_t>(1, std::min(config_.first_call_descriptors, config_.descriptors_per_call));
-    for (std::size_t at = 0, n = 0; at < sizes_.size(); at += n, per_call = std::min(2 * per_call, config_.descriptors_per_call)) {
+    std::size_t per_call =
+        std::max<std::size_t>(1, std::min(config_.first_call_descriptors, config_.descriptors_per_call));
+    for (std::size_t at = 0, n = 0; at < sizes_.size();
+         at += n, per_call = std::min(2 * per_call, config_.descriptors_per_call)) {
       n = std::min(per_call, sizes_.size() - at);
       CUresult r{};
       std::size_t fail_index = 0;

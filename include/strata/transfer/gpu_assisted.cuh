@@ -23,9 +23,7 @@ struct gpu_assisted_config {
 
   /// @brief Bytes of reads in flight at once.
   [[nodiscard]] constexpr std::int64_t bytes_in_flight() const noexcept
-  {
-    return std::int64_t{ctas} * threads * detail::copy_unroll * 16;
-  }
+  { return std::int64_t{ctas} * threads * detail::copy_unroll * 16; }
 };
 
 /// @brief Default quotas: loads sit on the critical path (2 CTAs), backups do not (1 CTA).
@@ -40,9 +38,7 @@ inline constexpr gpu_assisted_config default_backup_config{1, 1024};
  *        beside prefill (8.5% to -0.7%).
  */
 inline int sms_left_for_compute(gpu_assisted_config const& config)
-{
-  return std::max(1, detail::sm_count() - config.ctas);
-}
+{ return std::max(1, detail::sm_count() - config.ctas); }
 
 /**
  * @brief Moves pages with SM copy kernels; any pair of layouts, transposing on the fly.
@@ -107,14 +103,12 @@ class gpu_assisted {
   /// @brief For `staged` and `split`: the checks `enqueue` makes, remembering accessible memory here.
   template <kv_layout Src, kv_layout Dst>
   detail::segment_shape check(Src const& src, Dst const& dst, page_pair first, layer_range layers, char const* backend)
-  {
-    return detail::check_kernel_copy(src, dst, first, layers, backend, &access_);
-  }
+  { return detail::check_kernel_copy(src, dst, first, layers, backend, &access_); }
 
   /// @brief For `staged`: launches on device-resident pairs (no upload), unchecked.
   template <kv_layout Src, kv_layout Dst>
-  void launch(Src const& src, Dst const& dst, page_pair const* device_pairs, std::int64_t n_pairs,
-              std::int64_t layer0, std::int64_t n_layers, detail::segment_shape const& shape, cudaStream_t stream) const
+  void launch(Src const& src, Dst const& dst, page_pair const* device_pairs, std::int64_t n_pairs, std::int64_t layer0,
+              std::int64_t n_layers, detail::segment_shape const& shape, cudaStream_t stream) const
   {
     dim3 const grid{static_cast<unsigned>(config_.ctas)};
     dim3 const block{static_cast<unsigned>(config_.threads)};

@@ -122,7 +122,7 @@ class context_stream {
   static context_stream like(cudaStream_t caller, int priority) { return {green_context_of(caller), priority}; }
 
   context_stream(context_stream&& o) noexcept
-    : stream_{std::exchange(o.stream_, nullptr)}, ctx_{std::exchange(o.ctx_, nullptr)}, priority_{o.priority_}
+      : stream_{std::exchange(o.stream_, nullptr)}, ctx_{std::exchange(o.ctx_, nullptr)}, priority_{o.priority_}
   {
   }
   context_stream& operator=(context_stream&& o) noexcept
@@ -150,9 +150,7 @@ class context_stream {
   [[nodiscard]] int priority() const noexcept { return priority_; }
   /// @brief Whether this stream was made for (`ctx`, `priority`).
   [[nodiscard]] bool matches(CUgreenCtx ctx, int priority) const noexcept
-  {
-    return stream_ != nullptr && ctx == ctx_ && priority == priority_;
-  }
+  { return stream_ != nullptr && ctx == ctx_ && priority == priority_; }
 
  private:
   cudaStream_t stream_{};
@@ -210,8 +208,8 @@ class sm_partition {
       r = api.split_by_count(&copy, &groups, &all, &rest, 0, unsigned(copy_sms));
     }
     api.check(r, "cuDevSmResourceSplitByCount");
-    STRATA_EXPECTS_AS(cuda_error, groups == 1, "sm_partition: cuDevSmResourceSplitByCount made ", groups,
-                      " groups of ", copy_sms, " SMs, not one");
+    STRATA_EXPECTS_AS(cuda_error, groups == 1, "sm_partition: cuDevSmResourceSplitByCount made ", groups, " groups of ",
+                      copy_sms, " SMs, not one");
     STRATA_EXPECTS(rest.sm.smCount > 0, "sm_partition: the driver rounds a partition of ", copy_sms, " SMs up to ",
                    copy.sm.smCount, ", which leaves no SM to compute (device: ", all.sm.smCount, " SMs)");
     copy_sms_ = int(copy.sm.smCount);
@@ -233,10 +231,7 @@ class sm_partition {
   /// @brief Stream of the copy partition: pass it to `submit` for loads and backups.
   [[nodiscard]] cudaStream_t copy_stream() const noexcept { return reinterpret_cast<cudaStream_t>(copy_stream_); }
   /// @brief Stream of the rest of the device: the engine's kernels.
-  [[nodiscard]] cudaStream_t compute_stream() const noexcept
-  {
-    return reinterpret_cast<cudaStream_t>(compute_stream_);
-  }
+  [[nodiscard]] cudaStream_t compute_stream() const noexcept { return reinterpret_cast<cudaStream_t>(compute_stream_); }
   /// @brief SMs the driver granted to the copy partition (at least the count asked).
   [[nodiscard]] int copy_sms() const noexcept { return copy_sms_; }
   /// @brief SMs left to compute: pass it to `cublasSetSmCountTarget`.

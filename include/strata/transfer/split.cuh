@@ -15,9 +15,9 @@ namespace strata {
 
 /// @brief Tuning of `split`.
 struct split_config {
-  double dma_fraction = 0.5;                   ///< share of the pages moved by the copy engine, in [0, 1]
+  double dma_fraction = 0.5;                         ///< share of the pages moved by the copy engine, in [0, 1]
   gpu_assisted_config kernel = default_load_config;  ///< launch shape for the SM share
-  dma_batch_config dma{};                      ///< tuning of the copy-engine share
+  dma_batch_config dma{};                            ///< tuning of the copy-engine share
 };
 
 /**
@@ -35,8 +35,8 @@ class split {
    */
   explicit split(split_config config = {}) : config_{config}, kernel_{config.kernel}, dma_{config.dma}
   {
-    STRATA_EXPECTS(config.dma_fraction >= 0 && config.dma_fraction <= 1,
-                   "split: dma_fraction must be in [0, 1], got ", config.dma_fraction);
+    STRATA_EXPECTS(config.dma_fraction >= 0 && config.dma_fraction <= 1, "split: dma_fraction must be in [0, 1], got ",
+                   config.dma_fraction);
   }
 
   /// @brief The tuning.

@@ -77,9 +77,7 @@ class staged {
    * @throw strata::invalid_argument for a non-positive chunk size or a bad relay shape
    */
   explicit staged(staged_config config = {}) : config_{config}, relay_{config.relay}
-  {
-    STRATA_EXPECTS(config.chunk_bytes > 0, "staged: chunk_bytes must be positive, got ", config.chunk_bytes);
-  }
+  { STRATA_EXPECTS(config.chunk_bytes > 0, "staged: chunk_bytes must be positive, got ", config.chunk_bytes); }
   staged(staged const&) = delete;
   staged& operator=(staged const&) = delete;
   /// @brief Waits for the transfers still using the staging buffer and the relay stream, then frees them.
@@ -100,7 +98,7 @@ class staged {
   /// @brief Enqueues a validated plan (see `transfer_backend`): a load if the source is made of
   ///        records, else a backup into records.
   template <kv_layout Src, kv_layout Dst>
-    requires(record_layout<Src> || record_layout<Dst>)
+  requires(record_layout<Src> || record_layout<Dst>)
   void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
   {
     kv_geometry const g = plan.src.geometry();
@@ -214,7 +212,9 @@ class staged {
     STRATA_CUDA_TRY(cudaEventRecord(start_.get(), relay_stream_.get()));
     STRATA_CUDA_TRY(cudaStreamWaitEvent(stream, start_.get(), 0));
     STRATA_CUDA_TRY(cudaEventRecord(finished_.get(), stream));
-    for (auto e : layer_events) { STRATA_CUDA_TRY(cudaEventRecord(e, stream)); }
+    for (auto e : layer_events) {
+      STRATA_CUDA_TRY(cudaEventRecord(e, stream));
+    }
   }
 
   void reserve(std::int64_t bytes)

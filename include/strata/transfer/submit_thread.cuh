@@ -114,8 +114,13 @@ class submit_thread {
   template <class B, class Src, class Dst>
   struct job_impl final : job {
     job_impl(B& b, copy_plan<Src, Dst> const& plan, completion c)
-      : backend{b}, src{plan.src}, dst{plan.dst}, pages(plan.pages.begin(), plan.pages.end()), layers{plan.layers},
-        per_layer{c == completion::per_layer}, next{plan.layers.begin}
+        : backend{b},
+          src{plan.src},
+          dst{plan.dst},
+          pages(plan.pages.begin(), plan.pages.end()),
+          layers{plan.layers},
+          per_layer{c == completion::per_layer},
+          next{plan.layers.begin}
     {
     }
     bool step(cudaStream_t s) override

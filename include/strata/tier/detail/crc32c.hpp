@@ -113,9 +113,7 @@ struct crc32c_zeros {
     }
   }
   [[nodiscard]] std::uint32_t shift(std::uint32_t crc) const noexcept
-  {
-    return t[0][crc & 0xFFU] ^ t[1][(crc >> 8) & 0xFFU] ^ t[2][(crc >> 16) & 0xFFU] ^ t[3][crc >> 24];
-  }
+  { return t[0][crc & 0xFFU] ^ t[1][(crc >> 8) & 0xFFU] ^ t[2][(crc >> 16) & 0xFFU] ^ t[3][crc >> 24]; }
 };
 
 #ifdef STRATA_CRC32C_X86

@@ -36,7 +36,9 @@ struct segment_shape {
 inline int lanes_for(std::int64_t vectors)
 {
   int g = 1;
-  while (g < 32 && 2 * g <= vectors) { g *= 2; }
+  while (g < 32 && 2 * g <= vectors) {
+    g *= 2;
+  }
   return g;
 }
 
@@ -49,8 +51,8 @@ inline segment_shape make_segment_shape(kv_geometry const& g, block_ref s, block
     std::int64_t const v = g.page_tokens * hb / 16;
     return {g.kv_heads, 1, v, s.head_stride, 0, d.head_stride, 0, lanes_for(v)};
   }
-  return {g.page_tokens * g.kv_heads, g.kv_heads, hb / 16, s.token_stride, s.head_stride, d.token_stride,
-          d.head_stride, lanes_for(hb / 16)};
+  return {g.page_tokens * g.kv_heads, g.kv_heads, hb / 16, s.token_stride, s.head_stride, d.token_stride, d.head_stride,
+          lanes_for(hb / 16)};
 }
 
 /// @brief Copies `n` vectors with `stride` cooperating lanes, `copy_unroll` loads in flight per lane.
@@ -61,11 +63,17 @@ __device__ __forceinline__ void copy_vectors(uint4 const* __restrict__ src, uint
   for (; i + (copy_unroll - 1) * stride < n; i += copy_unroll * stride) {
     uint4 v[copy_unroll];
 #pragma unroll
-    for (int k = 0; k < copy_unroll; ++k) { v[k] = __ldcs(src + i + k * stride); }
+    for (int k = 0; k < copy_unroll; ++k) {
+      v[k] = __ldcs(src + i + k * stride);
+    }
 #pragma unroll
-    for (int k = 0; k < copy_unroll; ++k) { __stcs(dst + i + k * stride, v[k]); }
+    for (int k = 0; k < copy_unroll; ++k) {
+      __stcs(dst + i + k * stride, v[k]);
+    }
   }
-  for (; i < n; i += stride) { __stcs(dst + i, __ldcs(src + i)); }
+  for (; i < n; i += stride) {
+    __stcs(dst + i, __ldcs(src + i));
+  }
 }
 
 /**
@@ -77,8 +85,8 @@ __device__ __forceinline__ void copy_vectors(uint4 const* __restrict__ src, uint
  */
 template <class Src, class Dst>
 __global__ void __launch_bounds__(1024)
-  copy_blocks_kernel(Src src, Dst dst, page_pair const* __restrict__ pairs, std::int64_t n_pairs, std::int64_t layer0,
-                     std::int64_t n_layers, segment_shape shape)
+    copy_blocks_kernel(Src src, Dst dst, page_pair const* __restrict__ pairs, std::int64_t n_pairs, std::int64_t layer0,
+                       std::int64_t n_layers, segment_shape shape)
 {
   int const lane = static_cast<int>(threadIdx.x & 31u);
   std::int64_t const warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;

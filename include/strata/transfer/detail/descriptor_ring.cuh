@@ -40,8 +40,12 @@ class descriptor_ring {
   descriptor_ring(descriptor_ring const&) = delete;
   descriptor_ring& operator=(descriptor_ring const&) = delete;
   descriptor_ring(descriptor_ring&& o) noexcept
-    : capacity_{o.capacity_}, host_{std::move(o.host_)}, device_{std::move(o.device_)}, head_{std::exchange(o.head_, 0)},
-      pending_{o.pending_}, busy_{std::exchange(o.busy_, {})}
+      : capacity_{o.capacity_},
+        host_{std::move(o.host_)},
+        device_{std::move(o.device_)},
+        head_{std::exchange(o.head_, 0)},
+        pending_{o.pending_},
+        busy_{std::exchange(o.busy_, {})}
   {
   }
   /// @brief Waits for the transfers that may still read this ring's memory, then takes `o`'s.
@@ -138,16 +142,16 @@ class descriptor_ring {
     cuda_event done;
   };
   static bool overlaps(busy_region const& r, std::size_t begin, std::size_t end)
-  {
-    return r.begin < end && begin < r.end;
-  }
+  { return r.begin < end && begin < r.end; }
   // Strong guarantee: both views are allocated before anything changes, so a failed allocation
   // leaves the ring exactly as it was (host and device views of the same size).
   void grow(std::size_t bytes)
   {
     pinned_buffer host{bytes};
     device_buffer device{bytes};
-    for (auto& r : busy_) { STRATA_CUDA_TRY(cudaEventSynchronize(r.done.get())); }
+    for (auto& r : busy_) {
+      STRATA_CUDA_TRY(cudaEventSynchronize(r.done.get()));
+    }
     busy_.clear();
     host_ = std::move(host);
     device_ = std::move(device);

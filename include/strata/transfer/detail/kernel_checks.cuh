@@ -48,10 +48,9 @@ class access_cache {
   void check(std::byte const* p, char const* backend, char const* layout, std::int64_t layer, std::int64_t plane)
   {
     auto const a = reinterpret_cast<std::uintptr_t>(p);
-    auto it = std::upper_bound(ranges_.begin(), ranges_.end(), a,
-                               [](std::uintptr_t x, std::pair<std::uintptr_t, std::uintptr_t> const& r) {
-                                 return x < r.first;
-                               });
+    auto it = std::upper_bound(
+        ranges_.begin(), ranges_.end(), a,
+        [](std::uintptr_t x, std::pair<std::uintptr_t, std::uintptr_t> const& r) { return x < r.first; });
     if (it != ranges_.begin() && a < std::prev(it)->second) { return; }
     ++queries_;
     cudaPointerAttributes attr{};
@@ -59,12 +58,12 @@ class access_cache {
     if (e != cudaSuccess) { (void)cudaGetLastError(); }
     bool const device = e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
     bool const mapped = e == cudaSuccess && attr.type == cudaMemoryTypeHost && attr.devicePointer == p;
-    STRATA_EXPECTS(device || mapped, backend, ": layer ", layer, " plane ", plane, " of the ", layout,
-                   " layout is at ", static_cast<void const*>(p),
+    STRATA_EXPECTS(device || mapped, backend, ": layer ", layer, " plane ", plane, " of the ", layout, " layout is at ",
+                   static_cast<void const*>(p),
                    e != cudaSuccess || attr.type == cudaMemoryTypeUnregistered
-                     ? ", pageable host memory the device cannot read: allocate it with cudaHostAlloc or pin it "
-                       "with cudaHostRegister(..., cudaHostRegisterMapped)"
-                     : ", pinned host memory whose device address differs from its host address");
+                       ? ", pageable host memory the device cannot read: allocate it with cudaHostAlloc or pin it "
+                         "with cudaHostRegister(..., cudaHostRegisterMapped)"
+                       : ", pinned host memory whose device address differs from its host address");
     remember(a);
   }
 
