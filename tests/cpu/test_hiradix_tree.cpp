@@ -729,3 +729,122 @@ TEST_CASE("hiradix_tree: a node whose only copy is on the device is demoted, wha
   CHECK(tree.probe(ab).fastest_tokens[2] == 12);
   tree.check_invariants();
 }
+
+namespace {
+/// Completes every order of `orders` in `t`; returns the device pages freed.
+std::vector<std::int64_t> complete_all(hiradix_tree& t, std::vector<copy_order> const& orders)
+{
+  std::vector<std::int64_t> freed;
+  for (auto const& o : orders) {
+    auto f = t.complete(o.id);
+    freed.insert(freed.end(), f.begin(), f.end());
+  }
+  return freed;
+}
+}  // namespace
+
+TEST_CASE("hiradix_tree: evict skips the node it tried even when making room moved the LRU set", "[cpu][hiradix]")
+{
+  // Issue 23, item 0 (a). Write-back, a full host tier over a 2-page file tier. X (2 pages) and
+  // P (2 pages) are on the device only, each over a 1-page child that is on the host only (Xc,
+  // Pc, the latter with a load pending). Making host room for P drops Xc (no room below), which
+  // makes X a device candidate again, at the front of the set; the skip branch then erased the
+  // front (X) instead of P: X kept its candidate flag outside the set, and evict freed nothing.
+  hiradix_config c;
+  c.page_tokens = 1;
+  c.capacity = {16, 4, 2, 0};
+  c.policy = write_policy::write_back;
+  hiradix_tree t{c};
+  tokens_t const y{10, 11}, x{20, 21}, xc{20, 21, 22}, p{30, 31}, pc{30, 31, 32};
+  (void)t.insert(y, ids(0, 2));
+  (void)t.insert(xc, ids(2, 3));
+  (void)t.match(x);                                           // splits X | Xc
+  (void)complete_all(t, t.evict(tier::device, 3).demotions);  // Y and Xc to the host
+  (void)t.insert(pc, ids(5, 3));
+  (void)t.match(p);  // splits P | Pc
+  auto const xn = t.probe(x).node;
+  t.lock(xn, tier::device);  // Pc leaves the device, not X
+  (void)complete_all(t, t.evict(tier::device, 1).demotions);
+  t.unlock(xn, tier::device);
+  REQUIRE(t.free_slots(tier::host) == 0);
+  auto const pcn = t.probe(pc).node;
+  REQUIRE(t.pages_to_load(pcn) == 1);
+  auto const load = t.load(pcn, std::vector<std::int64_t>{8});  // pending: Pc pinned
+  REQUIRE(load.size() == 1);
+  REQUIRE(t.probe(p).device_prefix_tokens == 2);
+  t.check_invariants();
+
+  // X's host room needs Y demoted to the file tier (not landed yet); P's drops Xc, and X, now a
+  // leaf of the whole tree with no room below, goes: its 2 pages are what the call frees.
+  auto const r = t.evict(tier::device, 4);
+  t.check_invariants();
+  CHECK(r.pages == 2);
+  CHECK(r.freed == std::vector<std::int64_t>{2, 3});
+  CHECK(r.demotions.empty());
+  CHECK(t.probe(x).tokens == 0);
+  CHECK(t.probe(p).device_prefix_tokens == 2);
+  CHECK(t.evictable_pages(tier::device) == 2);  // P is a candidate again
+  (void)complete_all(t, t.take_copies());       // Y to the file tier
+  (void)complete_all(t, load);
+  t.check_invariants();
+}
+
+TEST_CASE("hiradix_tree: evict returns when making room empties the tier's candidate set", "[cpu][hiradix]")
+{
+  // Issue 23, item 0 (b). Write-through, a 1-page host. P (2 pages) never found host room; its
+  // child C did. With P locked in the host tier, evicting C from the device leaves P the only
+  // device candidate; making host room for P drops C, which unlinks it from P: P is no longer
+  // evictable and leaves the set, which the skip branch then erased from while empty (the loop
+  // never returned).
+  hiradix_config c;
+  c.page_tokens = 1;
+  c.capacity = {8, 1, 0, 0};
+  c.policy = write_policy::write_through;
+  hiradix_tree t{c};
+  tokens_t const p{1, 2}, pc{1, 2, 3};
+  auto const pi = t.insert(p, ids(0, 2));
+  CHECK(t.take_copies().empty());  // no room for P's 2 pages
+  (void)t.insert(pc, ids(0, 3));
+  auto const backups = t.take_copies();
+  REQUIRE(backups.size() == 1);  // C's
+  (void)complete_all(t, backups);
+  t.lock(pi.node, tier::host);
+  auto const r = t.evict(tier::device, 4);
+  t.check_invariants();
+  CHECK(r.pages == 1);  // C's device page; P stays (its only copy, locked below)
+  CHECK(t.probe(p).device_prefix_tokens == 2);
+  t.unlock(pi.node, tier::host);
+  t.check_invariants();
+}
+
+TEST_CASE("hiradix_tree: a copy locked in its tier survives a demotion that landed under a load", "[cpu][hiradix]")
+{
+  // Issue 23, item 0: a demotion that lands while a load still reads its source defers the
+  // source's drop; a lock taken meanwhile must keep the copy (the demotion became a backup), as
+  // `lock` promises: the drop used to check only pins, and the slot went to the next prefix.
+  hiradix_config c;
+  c.page_tokens = 2;
+  c.capacity = {4, 4, 4, 0};
+  c.policy = write_policy::write_back;
+  hiradix_tree t{c};
+  tokens_t const n{1, 2}, other{3, 4};
+  auto const a = t.adopt(tier::host, n, std::vector<std::int64_t>{0});
+  auto const d = t.evict(tier::host, 1);
+  REQUIRE(d.demotions.size() == 1);  // host -> file
+  auto const l = t.load(a.node, std::vector<std::int64_t>{0});
+  REQUIRE(l.size() == 1);
+  REQUIRE(l[0].from == tier::host);
+  CHECK(t.complete(d.demotions[0].id).empty());
+  t.lock(a.node, tier::host);
+  CHECK(t.complete(l[0].id).empty());
+  t.check_invariants();
+  CHECK(t.locks(a.node, tier::host) == 1);
+  CHECK(t.resident(a.node, tier::host));
+  CHECK(t.path_pages(a.node, tier::host) == std::vector<std::int64_t>{0});
+  auto const b = t.adopt(tier::host, other, std::vector<std::int64_t>{1});
+  CHECK(b.pages == 1);
+  STRATA_REQUIRE_THROWS(invalid_argument, "slot 0 of the host tier is allocated",
+                        t.adopt(tier::host, tokens_t{5, 6}, std::vector<std::int64_t>{0}));
+  t.unlock(a.node, tier::host);
+  t.check_invariants();
+}

@@ -840,12 +840,21 @@ class hiradix_tree {
   // --- eviction --------------------------------------------------------------------------------------
 
   /**
-   * @brief Frees at least `pages` pages of tier `t`, least recently used tier-leaves first (fewer if
-   *        not enough are evictable: never locked, transient or pinned nodes).
+   * @brief Frees `pages` pages of tier `t` (the last node taken may add a few more), least recently
+   *        used tier-leaves first; fewer when not enough are evictable now (never locked, transient
+   *        or pinned nodes). A node becomes a tier-leaf once its children have left the tier: a
+   *        dropped leaf's parent is taken in the same call, a demoted leaf's only once its demotion
+   *        completes (until then both copies are held), so under write-back a call frees at most
+   *        the tier's current leaves and a caller that needs more calls again after completing.
    *
-   * A node leaving the device is demoted to the host under write-back (dropped otherwise: under
-   * write-through it is already there, and a selective policy did not find it worth keeping); a
-   * node leaving the host or file tier is demoted to the next configured tier.
+   * Where a node goes: leaving the device, it is demoted to the host under write-back, and dropped
+   * otherwise (under write-through the host holds it already; a selective policy did not find it
+   * worth keeping) — except a node whose only copy is on the device while nodes hang below it (a
+   * backup that found no room, or a selective one not yet due): it may not be dropped, so it is
+   * demoted under any policy, to the host or, when the host has no room, to the first lower tier
+   * that has. Leaving the host or the file tier, a node is demoted to the next configured tier.
+   * A node whose only copy finds no room below is dropped if it is an unlocked leaf of the whole
+   * tree, and otherwise stays.
    * @throw strata::invalid_argument for a negative page count, or a tier the tree does not have
    */
   [[nodiscard]] eviction_result evict(tier t, std::int64_t pages) { return evict_up_to(t, pages, ~std::uint64_t{0}); }
@@ -879,10 +888,13 @@ class hiradix_tree {
           continue;
         }
       }
+      // Making room below may have changed the set (dropped nodes refresh their parents): `i` is
+      // acted on only while it is still a candidate, and taken out of the set by itself, not by
+      // position.
+      if (!nodes_[i].candidate[std::size_t(t)]) { continue; }
       bool const unlocked = nodes_[i].locks[0] + nodes_[i].locks[1] + nodes_[i].locks[2] + nodes_[i].locks[3] == 0;
       if (!copies_elsewhere(i, t) && (!nodes_[i].children.empty() || !unlocked)) {  // no room below for the only copy
-        candidates.erase(candidates.begin());
-        nodes_[i].candidate[std::size_t(t)] = false;
+        set_candidate(i, t, false);
         skipped.push_back(i);
         continue;
       }
@@ -1594,6 +1606,7 @@ class hiradix_tree {
       std::size_t const u = std::size_t(t.from);
       if (!nodes_[i].alive || !nodes_[i].drop_pending[u] || nodes_[i].pins[u] != 0) { continue; }
       nodes_[i].drop_pending[u] = false;
+      if (nodes_[i].locks[u] != 0) { continue; }  // locked since the demotion landed: it became a backup
       auto ids = drop(i, t.from, /*remove_if_empty=*/false);
       if (t.from == tier::device) { freed.insert(freed.end(), ids.begin(), ids.end()); }
       any = true;
