@@ -6,8 +6,10 @@
 #pragma once
 
 #include <strata/error.hpp>
+#include <strata/types.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -123,5 +125,9 @@ class slot_allocator {
   std::vector<std::int64_t> free_;  // a stack: back() is handed out next (unless claimed since)
   std::int64_t claimed_ = 0;        // entries of `free_` whose slot `claim` took
 };
+
+/// @brief Slot allocators the tiers lend the prefix index (host and file; null: the index makes its
+///        own from the configured capacity). Indexed by `tier`; the device and remote entries are unused.
+using tier_slots = std::array<slot_allocator*, tier_count>;
 
 }  // namespace strata

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * @file index/page_key.hpp
+ * @brief The content key of a page: its ids hashed over the key of the page before it, so that
+ *        equal keys mean equal prefixes. One definition serves the prefix index (child lookup, the
+ *        keys copy orders carry), the records a file tier keeps (written with each record, checked
+ *        on every read and at restart) and the controller's registry of pages being computed.
+ *
+ * The function is part of the file tier's on-disk format: it changes only with the format version
+ * (`detail::file_format_version`).
+ */
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+namespace strata {
+
+namespace detail {
+/// @brief The 64-bit finalizer of MurmurHash3: every input bit reaches every output bit.
+constexpr std::uint64_t mix64(std::uint64_t h) noexcept
+{
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+}  // namespace detail
+
+/**
+ * @brief The content key of one page.
+ * @param ids the page's ids (token ids; one id in page-id mode), all of them
+ * @param parent the key of the page before it in its prefix (0 for a prompt's first page)
+ * @return a 64-bit key; equal keys mean equal prefixes up to a collision a record store detects
+ *         (records keep their ids, checked against the index's)
+ */
+inline std::uint64_t chain_key(std::span<std::int32_t const> ids, std::uint64_t parent) noexcept
+{
+  std::uint64_t h = detail::mix64(parent + 0x9e3779b97f4a7c15ull);
+  std::size_t i = 0;
+  for (; i + 2 <= ids.size(); i += 2) {
+    std::uint64_t w;
+    std::memcpy(&w, ids.data() + i, sizeof w);
+    h = (h ^ w) * 0x100000001b3ull + (h >> 29);
+  }
+  if (i < ids.size()) { h = (h ^ static_cast<std::uint32_t>(ids[i])) * 0x100000001b3ull; }
+  return detail::mix64(h);
+}
+
+}  // namespace strata
