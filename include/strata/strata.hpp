@@ -26,10 +26,10 @@
 #include <strata/sim/engine.hpp>
 #include <strata/sim/virtual_executor.hpp>
 #include <strata/sim/workload.hpp>
+#include <strata/tier/concepts.hpp>
 #include <strata/tier/device_pool.hpp>
 #include <strata/tier/host_pool.hpp>
 #include <strata/tier/slot_allocator.hpp>
-#include <strata/tier/tier.hpp>
 #include <strata/tier/tier_stack.hpp>
 #include <strata/transfer/choice.hpp>
 #include <strata/transfer/copy_plan.hpp>

@@ -14,7 +14,7 @@
 
 #include <strata/error.hpp>
 #include <strata/layout/page_first.hpp>
-#include <strata/tier/tier.hpp>
+#include <strata/tier/concepts.hpp>
 #include <strata/transfer/host_copy.hpp>
 #include <strata/types.hpp>
 

@@ -6,7 +6,7 @@
 #pragma once
 
 #include <strata/layout/layer_first.hpp>
-#include <strata/tier/tier.hpp>
+#include <strata/tier/concepts.hpp>
 
 #include <utility>
 

@@ -7,7 +7,7 @@
 #pragma once
 
 #include <strata/layout/page_first.hpp>
-#include <strata/tier/tier.hpp>
+#include <strata/tier/concepts.hpp>
 
 #include <algorithm>
 #include <cstring>

@@ -7,8 +7,8 @@
 
 #include <strata/detail/cuda.cuh>
 #include <strata/layout/page_first.hpp>
+#include <strata/tier/concepts.hpp>
 #include <strata/tier/slot_allocator.hpp>
-#include <strata/tier/tier.hpp>
 
 #include <sys/mman.h>
 

@@ -5,8 +5,8 @@
  */
 #pragma once
 
-#include <strata/index/hiradix_tree.hpp>
-#include <strata/tier/tier.hpp>
+#include <strata/tier/concepts.hpp>
+#include <strata/tier/slot_allocator.hpp>
 
 #include <tuple>
 #include <type_traits>

@@ -10,12 +10,12 @@
 
 namespace strata {
 
-inline auto hiradix_tree::insert(std::span<std::int32_t const> tokens, std::span<std::int64_t const> device_pages) -> insert_result
+inline auto hiradix_tree::insert(std::span<std::int32_t const> tokens, std::span<std::int64_t const> device_pages)
+    -> insert_result
 {
   std::int64_t const pages = whole_pages(tokens);
-  STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == pages,
-                 "hiradix_tree::insert: ", device_pages.size(), " device pages for ", pages, " whole pages of ",
-                 tokens.size(), " tokens");
+  STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == pages, "hiradix_tree::insert: ", device_pages.size(),
+                 " device pages for ", pages, " whole pages of ", tokens.size(), " tokens");
   check_new_device_pages(device_pages, "insert", &tokens);
   ++clock_;
   insert_result r;
@@ -90,9 +90,9 @@ inline auto hiradix_tree::mark_in_queue(request_id request, std::span<std::int32
 inline auto hiradix_tree::commit(request_id request, std::span<std::int64_t const> device_pages) -> node_ref
 {
   std::uint32_t const n = transient_node(request, "commit");
-  STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == nodes_[n].pages(),
-                 "hiradix_tree::commit: request ", request.value, " has ", nodes_[n].pages(),
-                 " transient pages, got ", device_pages.size(), " device pages");
+  STRATA_EXPECTS(static_cast<std::int64_t>(device_pages.size()) == nodes_[n].pages(), "hiradix_tree::commit: request ",
+                 request.value, " has ", nodes_[n].pages(), " transient pages, got ", device_pages.size(),
+                 " device pages");
   check_new_device_pages(device_pages, "commit");
   ++clock_;
   transient_.erase(request);
@@ -119,7 +119,8 @@ inline auto hiradix_tree::page_key(std::span<std::int32_t const> page, std::uint
   return page_hash(page.data(), parent_key);
 }
 
-inline auto hiradix_tree::adopt(tier t, std::span<std::int32_t const> tokens, std::span<std::int64_t const> slots) -> adopt_result
+inline auto hiradix_tree::adopt(tier t, std::span<std::int32_t const> tokens, std::span<std::int64_t const> slots)
+    -> adopt_result
 {
   STRATA_EXPECTS((t == tier::host || t == tier::file) && has_tier(t),
                  "hiradix_tree::adopt: pages can be adopted into the host or file tier the tree has, not the ",
@@ -345,9 +346,7 @@ inline auto hiradix_tree::complete(transfer_id id) -> std::vector<std::int64_t>
     // the pages stay, pinned, and are dropped when the last such transfer ends.
     // A node locked in the source tier meanwhile (a request reads those pages) keeps its copy
     // there: the demotion turns into a backup.
-    if (t.demotion && nodes_[i].locks[std::size_t(t.from)] == 0) {
-      nodes_[i].drop_pending[std::size_t(t.from)] = true;
-    }
+    if (t.demotion && nodes_[i].locks[std::size_t(t.from)] == 0) { nodes_[i].drop_pending[std::size_t(t.from)] = true; }
   }
   apply_pending_drops(t, freed);
   if (t.to == tier::host && config_.file_policy == write_policy::write_through) {

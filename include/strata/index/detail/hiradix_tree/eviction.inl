@@ -91,7 +91,8 @@ inline auto hiradix_tree::demotion_target(std::uint32_t i, tier t) const noexcep
   return std::nullopt;
 }
 
-inline auto hiradix_tree::allocate(tier t, std::int64_t count, std::uint32_t owner) -> std::optional<std::vector<std::int64_t>>
+inline auto hiradix_tree::allocate(tier t, std::int64_t count, std::uint32_t owner)
+    -> std::optional<std::vector<std::int64_t>>
 {
   if (t == tier::remote) {
     if (remote_used_ + count > config_.capacity[3]) { return std::nullopt; }

@@ -169,11 +169,10 @@ inline auto hiradix_tree::free_slots(tier t) const -> std::int64_t
 }
 
 inline auto hiradix_tree::page_hash(std::int32_t const* page, std::uint64_t seed) const noexcept -> std::uint64_t
-{
-  return chain_key(std::span<std::int32_t const>{page, std::size_t(config_.page_tokens)}, seed);
-}
+{ return chain_key(std::span<std::int32_t const>{page, std::size_t(config_.page_tokens)}, seed); }
 
-inline auto hiradix_tree::find_child(std::uint32_t parent, std::span<std::int32_t const> tokens, std::int64_t p) const -> std::uint32_t
+inline auto hiradix_tree::find_child(std::uint32_t parent, std::span<std::int32_t const> tokens, std::int64_t p) const
+    -> std::uint32_t
 {
   auto const& children = nodes_[parent].children;
   if (children.empty()) { return npos; }
@@ -185,7 +184,8 @@ inline auto hiradix_tree::find_child(std::uint32_t parent, std::span<std::int32_
   return npos;
 }
 
-inline auto hiradix_tree::common_pages(node_data const& c, std::span<std::int32_t const> tokens, std::int64_t p, std::int64_t pages) const noexcept -> std::int64_t
+inline auto hiradix_tree::common_pages(node_data const& c, std::span<std::int32_t const> tokens, std::int64_t p,
+                                       std::int64_t pages) const noexcept -> std::int64_t
 {
   std::int64_t const most = std::min(c.pages(), pages - p);
   if (same_pages(c.tokens.data(), page_at(tokens, p), most)) { return most; }
@@ -241,7 +241,8 @@ inline auto hiradix_tree::transient_node(request_id request, char const* what) c
   return it->second;
 }
 
-inline auto hiradix_tree::check_new_device_pages(std::span<std::int64_t const> pages, char const* what, std::span<std::int32_t const> const* insert_tokens) -> void
+inline auto hiradix_tree::check_new_device_pages(std::span<std::int64_t const> pages, char const* what,
+                                                 std::span<std::int32_t const> const* insert_tokens) -> void
 {
   // Duplicates: one bit per device page, set while checking and cleared on the way out (also when
   // a check throws), so the check is linear in the pages given, not in the pool.
@@ -278,7 +279,8 @@ inline auto hiradix_tree::check_new_device_pages(std::span<std::int64_t const> p
   }
 }
 
-inline auto hiradix_tree::held_device_pages(std::span<std::int32_t const> tokens, std::int64_t pages) const -> std::vector<std::int64_t>
+inline auto hiradix_tree::held_device_pages(std::span<std::int32_t const> tokens, std::int64_t pages) const
+    -> std::vector<std::int64_t>
 {
   std::vector<std::int64_t> held(static_cast<std::size_t>(pages), -1);
   std::uint32_t cur = 0;
@@ -308,7 +310,8 @@ inline auto hiradix_tree::note_transient(match_result& r, node_data const& c, st
   r.delay_hit = r.transient_tokens > 0 && r.transient_tokens >= config_.delay_hit_tokens;
 }
 
-inline auto hiradix_tree::note_cached(match_result& r, node_data const& c, std::int64_t k, bool& device_run) const noexcept -> void
+inline auto hiradix_tree::note_cached(match_result& r, node_data const& c, std::int64_t k,
+                                      bool& device_run) const noexcept -> void
 {
   std::int64_t const t = k * page_token_count();
   for (std::size_t u = 0; u < tier_count; ++u) {

@@ -18,8 +18,7 @@ inline hiradix_tree::hiradix_tree(hiradix_config config, tier_slots slots) : con
     config.capacity[t] = config_.capacity[t] = slots[t]->capacity();
   }
   STRATA_EXPECTS(config.page_tokens > 0, "hiradix_tree: page_tokens must be positive, got ", config.page_tokens);
-  STRATA_EXPECTS(config.tokens_per_id > 0, "hiradix_tree: tokens_per_id must be positive, got ",
-                 config.tokens_per_id);
+  STRATA_EXPECTS(config.tokens_per_id > 0, "hiradix_tree: tokens_per_id must be positive, got ", config.tokens_per_id);
   STRATA_EXPECTS(config.page_bytes >= 0, "hiradix_tree: page_bytes must not be negative, got ", config.page_bytes);
   for (std::size_t t = 0; t < tier_count; ++t) {
     STRATA_EXPECTS(config.capacity[t] >= 0, "hiradix_tree: capacity of the ", to_string(tier(t)),
@@ -102,7 +101,8 @@ inline auto hiradix_tree::unlink_child(std::uint32_t parent, std::uint32_t child
   refresh(parent);
 }
 
-inline auto hiradix_tree::add_node(std::uint32_t parent, std::span<std::int32_t const> tokens, std::int64_t p, std::int64_t end, transient_state state, request_id owner) -> std::uint32_t
+inline auto hiradix_tree::add_node(std::uint32_t parent, std::span<std::int32_t const> tokens, std::int64_t p,
+                                   std::int64_t end, transient_state state, request_id owner) -> std::uint32_t
 {
   std::uint32_t const i = new_node();
   node_data& n = nodes_[i];

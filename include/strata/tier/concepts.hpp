@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * @file tier/tier.hpp
+ * @file tier/concepts.hpp
  * @brief What a tier is to the cache controller: a page store with a capacity and one slot
  *        allocator (its only owner), reached either through a layout (GPU-addressable stores: the
  *        device pool, pinned host memory) or through host records (record stores: files, remote).

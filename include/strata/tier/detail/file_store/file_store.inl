@@ -1,0 +1,637 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * @file tier/detail/file_store/file_store.inl
+ * @brief Member definitions of `file_store` (tier/file_store.hpp, which includes this file): opening
+ *        the files, batches of record reads and writes on io_uring or the I/O threads, and recovery.
+ */
+#pragma once
+
+namespace strata {
+
+inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, file_store_options options)
+    : geometry_{(geometry.validate(), geometry)}, slots_{pages}, options_{std::move(options)}
+{
+  STRATA_EXPECTS(options_.files > 0 && options_.files <= pages, "file_store: files must be in [1, pages=", pages,
+                 "], got ", options_.files);
+  STRATA_EXPECTS(options_.tp_size > 0 && options_.tp_rank >= 0 && options_.tp_rank < options_.tp_size,
+                 "file_store: tp_rank=", options_.tp_rank, " is not in [0, tp_size=", options_.tp_size, ")");
+  STRATA_EXPECTS(options_.io_threads > 0 && options_.io_threads <= 256,
+                 "file_store: io_threads must be in [1, 256], got ", options_.io_threads);
+  STRATA_EXPECTS(!options_.directory.empty(), "file_store: directory must not be empty");
+  STRATA_EXPECTS(options_.max_io_bytes > 0, "file_store: max_io_bytes must be positive, got ", options_.max_io_bytes);
+  STRATA_EXPECTS(options_.io.preadv && options_.io.pwritev && options_.io.allocate && options_.io.sync,
+                 "file_store: io_backend has a null function");
+  page_bytes_ = geometry_.page_bytes();
+  STRATA_EXPECTS(page_bytes_ <= (std::int64_t{1} << 40), "file_store: page_bytes ", page_bytes_, " is too large");
+  record_bytes_ = detail::file_header_bytes + detail::round_up(page_bytes_, detail::file_alignment);
+  slots_per_file_ = (pages + options_.files - 1) / options_.files;
+  STRATA_EXPECTS(detail::checked_mul(slots_per_file_, record_bytes_).has_value(), "file_store: ", slots_per_file_,
+                 " records of ", record_bytes_, " bytes overflow a file");
+  runs_max_ = std::max<std::int64_t>(1, std::min<std::int64_t>(IOV_MAX / 3, options_.max_io_bytes / record_bytes_));
+  geometry_hash_ = compute_geometry_hash();
+  index_.assign(static_cast<std::size_t>(pages), slot_state{});
+  open_files();
+  worker_buffers_.resize(static_cast<std::size_t>(options_.io_threads));
+  pool_ = std::make_unique<detail::io_thread_pool>(options_.io_threads);
+  if (options_.reopen) { recover(); }
+#ifdef STRATA_FILE_STORE_URING
+  io_backend const posix{};
+  bool const default_io = options_.io.context == nullptr && options_.io.preadv == posix.preadv &&
+                          options_.io.pwritev == posix.pwritev && options_.io.sync == posix.sync;
+  if (options_.use_io_uring && (default_io || options_.io.filter_completion != nullptr)) {
+    ring_ = detail::io_uring_ring::create(256);
+  }
+#endif
+}
+
+inline auto file_store::open(kv_geometry const& geometry, std::int64_t pages, file_store_options options) -> file_store
+{
+  options.reopen = true;
+  return file_store{geometry, pages, std::move(options)};
+}
+
+inline file_store::~file_store()
+{
+#ifdef STRATA_FILE_STORE_URING
+  while (ring_ && ring_->in_flight() > 0) {  // the kernel must not write into freed buffers
+    try {
+      reap(true);
+    } catch (...) {
+      std::this_thread::yield();
+    }
+  }
+#endif
+  pool_.reset();
+}
+
+inline auto file_store::uses_io_uring() const noexcept -> bool
+{
+#ifdef STRATA_FILE_STORE_URING
+  return ring_ != nullptr;
+#else
+  return false;
+#endif
+}
+
+inline auto file_store::key(std::int64_t slot) const -> std::optional<std::uint64_t>
+{
+  STRATA_EXPECTS(slot >= 0 && slot < capacity(), "file_store: slot ", slot, " out of range [0, ", capacity(), ")");
+  auto const& s = index_[static_cast<std::size_t>(slot)];
+  return s.valid ? std::optional{s.key} : std::nullopt;
+}
+
+inline auto file_store::submit_write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources, std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys, std::span<std::int32_t const> ids) -> io_ticket
+{
+  validate(slots, sources.size(), keys.size(), "write");
+  for (auto const* p : sources) {
+    STRATA_EXPECTS(p != nullptr, "file_store: write: null source");
+  }
+  STRATA_EXPECTS(parent_keys.empty() || parent_keys.size() == slots.size(), "file_store: write: ", slots.size(),
+                 " slots but ", parent_keys.size(), " parent keys");
+  std::size_t const per_page = slots.empty() ? 0 : ids.size() / slots.size();
+  STRATA_EXPECTS(per_page * slots.size() == ids.size() && std::int64_t(per_page) <= max_record_ids,
+                 "file_store: write: ", ids.size(), " ids for ", slots.size(),
+                 " slots (the same number per slot, at most ", max_record_ids, ")");
+  auto b = std::make_shared<batch>();
+  b->write = true;
+  b->items.resize(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    auto& it = b->items[i];
+    it.slot = slots[i];
+    it.src = sources[i];
+    it.key = keys.empty() ? 0 : keys[i];
+    it.parent_key = parent_keys.empty() ? 0 : parent_keys[i];
+    it.ids.assign(ids.begin() + std::ptrdiff_t(i * per_page), ids.begin() + std::ptrdiff_t((i + 1) * per_page));
+    it.sequence = next_sequence_++;
+    auto& s = index_[static_cast<std::size_t>(it.slot)];
+    s.valid = false;  // its content is unknown until the write completes
+  }
+  return launch(std::move(b));
+}
+
+inline auto file_store::submit_read(std::span<std::int64_t const> slots, std::span<std::byte* const> records, std::span<std::uint64_t const> expected_keys) -> io_ticket
+{
+  validate(slots, records.size(), expected_keys.size(), "read");
+  for (auto* p : records) {
+    STRATA_EXPECTS(p != nullptr, "file_store: read: null destination");
+  }
+  auto b = std::make_shared<batch>();
+  b->items.resize(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    auto& it = b->items[i];
+    auto const& s = index_[static_cast<std::size_t>(slots[i])];
+    it.slot = slots[i];
+    it.dst = records[i];
+    it.key = s.key;
+    it.sequence = s.sequence;
+    if (!s.valid) {
+      b->fail(detail::concat("file_store: slot ", it.slot, " holds no record"));
+    } else if (!expected_keys.empty() && expected_keys[i] != s.key) {
+      b->fail(detail::concat("file_store: slot ", it.slot, " holds key ", s.key, ", not the expected ",
+                             expected_keys[i]));
+    }
+  }
+  if (b->failed.load()) {  // no I/O for a batch that cannot succeed
+    auto const id = next_ticket_++;
+    tickets_.emplace(id, std::move(b));
+    return io_ticket{id};
+  }
+  return launch(std::move(b));
+}
+
+inline auto file_store::poll(io_ticket t) -> io_status
+{
+  auto it = find(t);
+#ifdef STRATA_FILE_STORE_URING
+  if (ring_) { reap(false); }
+#endif
+  if (it->second->remaining.load() > 0) { return io_status::pending; }
+  return finish(it) ? io_status::succeeded : io_status::failed;
+}
+
+inline auto file_store::wait(io_ticket t) -> bool
+{
+  auto it = find(t);
+#ifdef STRATA_FILE_STORE_URING
+  while (ring_ && it->second->remaining.load() > 0) {
+    reap(true);
+  }
+#endif
+  {
+    std::unique_lock lock{done_mutex_};
+    done_cv_.wait(lock, [&] { return it->second->remaining.load() == 0; });
+  }
+  return finish(it);
+}
+
+inline auto file_store::compute_geometry_hash() const noexcept -> std::uint64_t
+{
+  detail::fnv1a h;
+  h.i64(detail::file_format_version);
+  for (auto v :
+       {geometry_.layers, geometry_.page_tokens, geometry_.kv_heads, geometry_.head_dim, geometry_.elem_bytes,
+        geometry_.planes, std::int64_t{options_.tp_rank}, std::int64_t{options_.tp_size}, record_bytes_}) {
+    h.i64(v);
+  }
+  h.bytes(options_.tag.data(), options_.tag.size());
+  return h.h;
+}
+
+inline auto file_store::validate(std::span<std::int64_t const> slots, std::size_t buffers, std::size_t keys, char const* what) const -> void
+{
+  STRATA_EXPECTS(buffers == slots.size(), "file_store: ", what, ": ", slots.size(), " slots but ", buffers,
+                 " buffers");
+  STRATA_EXPECTS(keys == 0 || keys == slots.size(), "file_store: ", what, ": ", slots.size(), " slots but ", keys,
+                 " keys");
+  std::vector<std::int64_t> sorted(slots.begin(), slots.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    auto const s = sorted[i];
+    STRATA_EXPECTS(s >= 0 && s < capacity(), "file_store: ", what, ": slot ", s, " out of range [0, ", capacity(),
+                   ")");
+    STRATA_EXPECTS(slots_.is_allocated(s), "file_store: ", what, ": slot ", s, " is not allocated");
+    STRATA_EXPECTS(i == 0 || sorted[i - 1] != s, "file_store: ", what, ": slot ", s, " is listed twice");
+    STRATA_EXPECTS(!index_[static_cast<std::size_t>(s)].busy, "file_store: ", what, ": slot ", s,
+                   " has an operation in flight");
+  }
+}
+
+inline auto file_store::open_files() -> void
+{
+  std::error_code ec;
+  std::filesystem::create_directories(options_.directory, ec);
+  STRATA_EXPECTS_AS(file_store_error, !ec, "file_store: cannot create directory ", options_.directory, ": ",
+                    ec.message());
+  direct_ = options_.use_direct_io;
+  for (int f = 0; f < options_.files; ++f) {
+    auto const path = (std::filesystem::path{options_.directory} /
+                       detail::concat("strata-kv.rank", options_.tp_rank, ".", f, ".dat"))
+                          .string();
+    int flags = O_RDWR | O_CREAT | O_CLOEXEC;
+    int fd = direct_ ? ::open(path.c_str(), flags | O_DIRECT, 0644) : -1;
+    if (fd < 0) {
+      direct_ = false;  // the file system refuses O_DIRECT (tmpfs): buffered I/O for every file
+      fd = ::open(path.c_str(), flags, 0644);
+    }
+    STRATA_EXPECTS_AS(file_store_error, fd >= 0, "file_store: cannot open ", path, ": ", detail::errno_text(errno));
+    detail::unique_fd file{fd};
+    int locked = ::flock(fd, LOCK_EX | LOCK_NB);
+    for (int waited = 0; locked != 0 && errno == EWOULDBLOCK && waited < options_.lock_wait_ms; ++waited) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      locked = ::flock(fd, LOCK_EX | LOCK_NB);
+    }
+    STRATA_EXPECTS_AS(file_store_error, locked == 0, "file_store: ", path,
+                      " is in use by another store (flock: ", detail::errno_text(errno), ")");
+    std::int64_t const slots_here = std::min(slots_per_file_, capacity() - f * slots_per_file_);
+    auto const bytes = static_cast<off_t>(slots_here * record_bytes_);
+    if (!options_.reopen) {
+      STRATA_EXPECTS_AS(file_store_error, ::ftruncate(fd, 0) == 0, "file_store: cannot truncate ", path, ": ",
+                        detail::errno_text(errno));
+    }
+    int const e =
+        bytes > 0 ? options_.io.allocate(options_.io.context, fd, 0, bytes) : 0;  // 9 pages in 4 files: 3+3+3+0
+    STRATA_EXPECTS_AS(file_store_error, e == 0, "file_store: cannot preallocate ", bytes, " bytes for ", path, ": ",
+                      e == ENOSPC ? "no space left on the device" : "", e == ENOSPC ? "" : detail::errno_text(e));
+    files_.push_back(std::move(file));
+    paths_.push_back(path);
+  }
+  if (!direct_) {  // a later file refused O_DIRECT: reopen the earlier ones buffered, so that all agree
+    for (std::size_t f = 0; f < files_.size(); ++f) {
+      int const flags = ::fcntl(files_[f].get(), F_GETFL);
+      if (flags >= 0 && (flags & O_DIRECT)) { (void)::fcntl(files_[f].get(), F_SETFL, flags & ~O_DIRECT); }
+    }
+  }
+}
+
+inline auto file_store::where(std::int64_t s) const noexcept -> std::pair<int, off_t>
+{
+  auto const f = s / slots_per_file_;
+  return {files_[static_cast<std::size_t>(f)].get(), static_cast<off_t>((s - f * slots_per_file_) * record_bytes_)};
+}
+
+inline auto file_store::check_header(std::byte const* block, std::int64_t slot, detail::file_record_header& h) const noexcept -> char const*
+{
+  std::memcpy(&h, block, sizeof h);
+  if (h.magic != detail::file_record_magic) { return "bad magic (no record, or overwritten)"; }
+  if (h.version != detail::file_format_version) { return "another format version"; }
+  if (h.header_bytes != detail::file_header_bytes) { return "bad header size"; }
+  if (detail::file_header_crc(block) != h.header_crc) { return "header checksum mismatch"; }
+  if (h.geometry_hash != geometry_hash_) { return "another geometry, tag or tensor-parallel rank"; }
+  if (h.payload_bytes != static_cast<std::uint64_t>(page_bytes_)) { return "bad payload length"; }
+  if (h.slot != static_cast<std::uint64_t>(slot)) { return "record of another slot"; }
+  return nullptr;
+}
+
+inline auto file_store::fill_header(std::byte* block, item const& it, std::uint32_t payload_crc) const noexcept -> void
+{
+  std::memset(block, 0, static_cast<std::size_t>(detail::file_header_bytes));
+  detail::file_record_header h{};
+  h.magic = detail::file_record_magic;
+  h.version = detail::file_format_version;
+  h.header_bytes = static_cast<std::uint32_t>(detail::file_header_bytes);
+  h.geometry_hash = geometry_hash_;
+  h.key = it.key;
+  h.payload_bytes = static_cast<std::uint64_t>(page_bytes_);
+  h.sequence = it.sequence;
+  h.slot = static_cast<std::uint64_t>(it.slot);
+  h.payload_crc = payload_crc;
+  std::memcpy(block, &h, sizeof h);
+  auto const count = static_cast<std::uint32_t>(it.ids.size());
+  std::memcpy(block + detail::file_identity_offset, &it.parent_key, sizeof it.parent_key);
+  std::memcpy(block + detail::file_identity_offset + 8, &count, sizeof count);
+  if (count > 0) { std::memcpy(block + detail::file_ids_offset, it.ids.data(), count * sizeof(std::int32_t)); }
+  h.header_crc = detail::file_header_crc(block);
+  std::memcpy(block, &h, sizeof h);
+}
+
+inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
+{
+  // Runs of adjacent slots in one file, at most runs_max_ records each.
+  std::vector<std::size_t> order(b->items.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](auto x, auto y) { return b->items[x].slot < b->items[y].slot; });
+  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first, last) into `order`
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i + 1;
+    auto const file = b->items[order[i]].slot / slots_per_file_;
+    while (j < order.size() && j - i < static_cast<std::size_t>(runs_max_) &&
+           b->items[order[j]].slot == b->items[order[j - 1]].slot + 1 &&
+           b->items[order[j]].slot / slots_per_file_ == file) {
+      ++j;
+    }
+    runs.emplace_back(i, j);
+    i = j;
+  }
+  for (auto const& it : b->items) {
+    index_[static_cast<std::size_t>(it.slot)].busy = true;
+  }
+  auto const id = next_ticket_++;
+  tickets_.emplace(id, b);
+  b->remaining.store(static_cast<int>(runs.size()));
+  auto shared_order = std::make_shared<std::vector<std::size_t> const>(std::move(order));
+#ifdef STRATA_FILE_STORE_URING
+  if (ring_) {
+    for (auto const& r : runs) {
+      start_uring_run(b, shared_order, r);
+    }
+    return io_ticket{id};
+  }
+#endif
+  for (auto const& r : runs) {
+    pool_->post([this, b, shared_order, r](int worker) {
+      std::span<std::size_t const> const run{shared_order->data() + r.first, r.second - r.first};
+      try {
+        thread_run(*b, run, worker);
+      } catch (std::exception const& e) {  // allocation failure of a staging buffer
+        b->fail(detail::concat("file_store: ", e.what()));
+      }
+      {
+        std::lock_guard lock{done_mutex_};
+        b->remaining.fetch_sub(1);
+      }
+      done_cv_.notify_all();
+    });
+  }
+  return io_ticket{id};
+}
+
+inline auto file_store::aligned_for_direct(void const* p) const noexcept -> bool
+{
+  return !direct_ || (reinterpret_cast<std::uintptr_t>(p) % detail::file_alignment == 0 &&
+                      page_bytes_ % detail::file_alignment == 0);
+}
+
+inline auto file_store::io_failure(char const* what, std::int64_t first_slot, std::size_t n, int e) const -> std::string
+{
+  auto const [fd, off] = where(first_slot);
+  (void)fd;
+  return detail::concat("file_store: ", what, " of slots [", first_slot, ", ",
+                        first_slot + static_cast<std::int64_t>(n), ") in ",
+                        paths_[static_cast<std::size_t>(first_slot / slots_per_file_)], " at offset ", off,
+                        " failed: ", e == ENOSPC ? "no space left on the device: " : "", detail::errno_text(e));
+}
+
+inline auto file_store::prepare_run(batch& b, std::span<std::size_t const> run, worker_buffers& buf, std::vector<iovec>& iov) const -> bool
+{
+  auto const n = run.size();
+  auto const pad = static_cast<std::size_t>(record_bytes_ - detail::file_header_bytes - page_bytes_);
+  auto const rb = static_cast<std::size_t>(record_bytes_);
+  auto const hb = static_cast<std::size_t>(detail::file_header_bytes);
+  auto const pb = static_cast<std::size_t>(page_bytes_);
+  bool const staged = std::any_of(run.begin(), run.end(), [&](auto i) {
+    return !aligned_for_direct(b.write ? static_cast<void const*>(b.items[i].src) : b.items[i].dst);
+  });
+  iov.clear();
+  if (staged) {
+    buf.staging.ensure(n * rb);
+    if (b.write) {
+      for (std::size_t k = 0; k < n; ++k) {
+        auto const& it = b.items[run[k]];
+        auto* rec = buf.staging.data() + k * rb;
+        std::memcpy(rec + hb, it.src, pb);
+        std::memset(rec + hb + pb, 0, pad);
+        fill_header(rec, it, detail::crc32c(0, rec + hb, pb));
+      }
+    }
+    iov.push_back({buf.staging.data(), n * rb});
+    return true;
+  }
+  buf.headers.ensure(n * hb);
+  buf.pad.ensure(static_cast<std::size_t>(detail::file_alignment));
+  if (b.write) { std::memset(buf.pad.data(), 0, static_cast<std::size_t>(detail::file_alignment)); }
+  for (std::size_t k = 0; k < n; ++k) {
+    auto const& it = b.items[run[k]];
+    auto* h = buf.headers.data() + k * hb;
+    if (b.write) { fill_header(h, it, detail::crc32c(0, it.src, pb)); }
+    iov.push_back({h, hb});
+    iov.push_back({b.write ? const_cast<std::byte*>(it.src) : it.dst, pb});
+    if (pad > 0) { iov.push_back({buf.pad.data(), pad}); }
+  }
+  return false;
+}
+
+inline auto file_store::verify_read(batch& b, std::span<std::size_t const> run, worker_buffers const& buf, bool staged) const -> void
+{
+  for (std::size_t k = 0; k < run.size(); ++k) {
+    auto const& it = b.items[run[k]];
+    std::byte const* header = staged ? buf.staging.data() + k * static_cast<std::size_t>(record_bytes_)
+                                     : buf.headers.data() + k * static_cast<std::size_t>(detail::file_header_bytes);
+    std::byte const* payload = staged ? header + detail::file_header_bytes : it.dst;
+    detail::file_record_header h{};
+    char const* why = check_header(header, it.slot, h);
+    if (why == nullptr && (h.key != it.key || h.sequence != it.sequence)) {
+      why = "the record is not the one last written (stale or torn write)";
+    }
+    if (why == nullptr && detail::crc32c(0, payload, static_cast<std::size_t>(page_bytes_)) != h.payload_crc) {
+      why = "payload checksum mismatch";
+    }
+    if (why != nullptr) {
+      b.fail(detail::concat("file_store: read of slot ", it.slot, " in ",
+                            paths_[static_cast<std::size_t>(it.slot / slots_per_file_)], ": ", why));
+      return;
+    }
+    if (staged) { std::memcpy(it.dst, payload, static_cast<std::size_t>(page_bytes_)); }
+  }
+}
+
+inline auto file_store::thread_run(batch& b, std::span<std::size_t const> run, int worker) -> void
+{
+  auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
+  std::vector<iovec> iov;
+  bool const staged = prepare_run(b, run, buf, iov);
+  auto const first = b.items[run[0]].slot;
+  auto const [fd, off] = where(first);
+  int e = detail::transfer_all(options_.io, b.write, fd, iov.data(), static_cast<int>(iov.size()), off);
+  if (e == 0 && b.write && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
+  if (e != 0) {
+    b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e));
+    return;
+  }
+  if (!b.write) { verify_read(b, run, buf, staged); }
+}
+
+#ifdef STRATA_FILE_STORE_URING
+inline auto file_store::start_uring_run(std::shared_ptr<batch> const& b, std::shared_ptr<std::vector<std::size_t> const> const& order, std::pair<std::size_t, std::size_t> r) -> void
+{
+  auto u = std::make_unique<uring_run>();
+  u->b = b;
+  u->order = order;
+  u->first = r.first;
+  u->last = r.second;
+  try {
+    u->staged = prepare_run(*b, u->run(), u->buf, u->iov);
+  } catch (std::exception const& e) {  // allocation failure of a staging buffer
+    b->fail(detail::concat("file_store: ", e.what()));
+    b->remaining.fetch_sub(1);
+    return;
+  }
+  for (auto const& v : u->iov) {
+    u->bytes += v.iov_len;
+  }
+  while (ring_->in_flight() >= ring_->entries()) {
+    reap(true);
+  }
+  auto const [fd, off] = where(b->items[u->run()[0]].slot);
+  auto const id = next_run_++;
+  ring_->push(b->write, fd, u->iov.data(), static_cast<unsigned>(u->iov.size()), off, id);
+  uring_runs_.emplace(id, std::move(u));
+  (void)ring_->enter(false);  // a refused submission is retried by the next reap
+}
+
+inline auto file_store::reap(bool block) -> void
+{
+  for (int tries = 0;;) {
+    std::uint64_t user = 0;
+    std::int32_t result = 0;
+    bool got = false;
+    while (ring_->next(user, result)) {
+      got = true;
+      complete_uring_run(user, result);
+    }
+    if (!block && ring_->pending() > 0) { (void)ring_->enter(false); }
+    if (got || !block || ring_->in_flight() == 0) { return; }
+    int const e = ring_->enter(true);
+    if (e == 0) { continue; }
+    STRATA_EXPECTS_AS(file_store_error, (e == EAGAIN || e == EBUSY || e == ENOMEM) && ++tries < 100000,
+                      "file_store: io_uring_enter failed: ", detail::errno_text(e));
+    std::this_thread::yield();
+  }
+}
+
+inline auto file_store::complete_uring_run(std::uint64_t id, std::int32_t result) -> void
+{
+  auto it = uring_runs_.find(id);
+  if (it == uring_runs_.end()) { return; }
+  auto const u = std::move(it->second);
+  uring_runs_.erase(it);
+  if (options_.io.filter_completion != nullptr) {
+    result = options_.io.filter_completion(options_.io.context, u->b->write, result);
+  }
+  auto& b = *u->b;
+  auto const run = u->run();
+  auto const first = b.items[run[0]].slot;
+  auto const [fd, off] = where(first);
+  int e = result < 0 ? -result : 0;
+  if (e == 0 && static_cast<std::size_t>(result) < u->bytes) {  // short: the rest synchronously
+    auto left = static_cast<std::size_t>(result);
+    std::size_t i = 0;
+    while (left >= u->iov[i].iov_len) {
+      left -= u->iov[i++].iov_len;
+    }
+    u->iov[i].iov_base = static_cast<std::byte*>(u->iov[i].iov_base) + left;
+    u->iov[i].iov_len -= left;
+    e = detail::transfer_all(options_.io, b.write, fd, u->iov.data() + i, static_cast<int>(u->iov.size() - i),
+                             off + static_cast<off_t>(result));
+  }
+  if (e == 0 && b.write && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
+  if (e != 0) {
+    b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e));
+  } else if (!b.write) {
+    verify_read(b, run, u->buf, u->staged);
+  }
+  b.remaining.fetch_sub(1);
+}
+#endif
+
+inline auto file_store::find(io_ticket t) -> std::map<std::uint64_t, std::shared_ptr<batch>>::iterator
+{
+  auto it = tickets_.find(t.id);
+  STRATA_EXPECTS(it != tickets_.end(), "file_store: unknown or consumed ticket ", t.id);
+  return it;
+}
+
+inline auto file_store::finish(std::map<std::uint64_t, std::shared_ptr<batch>>::iterator it) -> bool
+{
+  auto const b = std::move(it->second);
+  tickets_.erase(it);
+  bool const ok = !b->failed.load();
+  for (auto const& x : b->items) {
+    auto& s = index_[static_cast<std::size_t>(x.slot)];
+    s.busy = false;
+    if (b->write) {
+      s.valid = ok;
+      s.key = x.key;
+      s.sequence = x.sequence;
+    }
+  }
+  if (!ok) {
+    std::lock_guard lock{b->error_mutex};
+    last_error_ = b->error;
+  }
+  return ok;
+}
+
+inline auto file_store::recover() -> void
+{
+  std::vector<detail::file_record_header> found(static_cast<std::size_t>(capacity()));
+  std::vector<char> intact(static_cast<std::size_t>(capacity()), 0);
+  std::vector<recovered_record> identity(static_cast<std::size_t>(capacity()));
+  std::int64_t const chunk = runs_max_;
+  std::atomic<std::int64_t> remaining{(capacity() + chunk - 1) / chunk};
+  std::mutex m;
+  std::condition_variable cv;
+  std::string first_error;
+  for (std::int64_t first = 0; first < capacity(); first += chunk) {
+    pool_->post([&, first](int worker) {
+      auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
+      bool have_buffer = true;
+      try {
+        buf.staging.ensure(static_cast<std::size_t>(record_bytes_));
+      } catch (std::exception const& e) {  // no memory for a record: its slots are dropped
+        have_buffer = false;
+        std::lock_guard lock{m};
+        if (first_error.empty()) { first_error = detail::concat("file_store: recovery: ", e.what()); }
+      }
+      for (std::int64_t s = first; have_buffer && s < std::min(first + chunk, capacity()); ++s) {
+        auto const [fd, off] = where(s);
+        iovec v{buf.staging.data(),
+                static_cast<std::size_t>(options_.verify_on_reopen ? record_bytes_ : detail::file_header_bytes)};
+        int const e = detail::transfer_all(options_.io, false, fd, &v, 1, off);
+        detail::file_record_header h{};
+        bool ok = e == 0 && check_header(buf.staging.data(), s, h) == nullptr;
+        if (ok && options_.verify_on_reopen) {
+          ok = detail::crc32c(0, buf.staging.data() + detail::file_header_bytes,
+                              static_cast<std::size_t>(page_bytes_)) == h.payload_crc;
+        }
+        if (ok) {  // the header checksum covers the identity
+          auto& r = identity[static_cast<std::size_t>(s)];
+          std::uint32_t count = 0;
+          std::memcpy(&r.parent_key, buf.staging.data() + detail::file_identity_offset, sizeof r.parent_key);
+          std::memcpy(&count, buf.staging.data() + detail::file_identity_offset + 8, sizeof count);
+          ok = std::int64_t(count) <= max_record_ids;
+          if (ok) {
+            r.ids.resize(count);
+            if (count > 0) {
+              std::memcpy(r.ids.data(), buf.staging.data() + detail::file_ids_offset, count * sizeof(std::int32_t));
+            }
+          }
+        }
+        if (e != 0) {
+          std::lock_guard lock{m};
+          if (first_error.empty()) { first_error = io_failure("recovery read", s, 1, e); }
+        }
+        found[static_cast<std::size_t>(s)] = h;
+        intact[static_cast<std::size_t>(s)] = ok ? 1 : 0;
+      }
+      // Notified under the lock: the waiting thread returns (and its `cv` and `m` go) only once
+      // this thread has let go of both.
+      std::lock_guard lock{m};
+      remaining.fetch_sub(1);
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock{m};
+    cv.wait(lock, [&] { return remaining.load() == 0; });
+  }
+  last_error_ = first_error;
+  // The allocator hands out slots from the back of its free stack: allocate everything, then
+  // release the slots without an intact record (in descending order, so that ascending ids come
+  // out first again).
+  (void)slots_.allocate(capacity());
+  std::vector<std::int64_t> free_slots;
+  for (std::int64_t s = capacity() - 1; s >= 0; --s) {
+    auto const& h = found[static_cast<std::size_t>(s)];
+    if (intact[static_cast<std::size_t>(s)]) {
+      index_[static_cast<std::size_t>(s)] = slot_state{h.key, h.sequence, true, false};
+      next_sequence_ = std::max(next_sequence_, h.sequence + 1);
+    } else {
+      free_slots.push_back(s);
+    }
+  }
+  if (!free_slots.empty()) { slots_.release(free_slots); }
+  for (std::int64_t s = 0; s < capacity(); ++s) {
+    if (!intact[static_cast<std::size_t>(s)]) { continue; }
+    auto& r = identity[static_cast<std::size_t>(s)];
+    r.slot = s;
+    r.key = found[static_cast<std::size_t>(s)].key;
+    recovered_.push_back(std::move(r));
+  }
+  dropped_ = 0;
+  for (std::int64_t s = 0; s < capacity(); ++s) {
+    auto const& h = found[static_cast<std::size_t>(s)];
+    if (!intact[static_cast<std::size_t>(s)] && h.magic != 0) { ++dropped_; }  // zeros: never written
+  }
+}
+
+}  // namespace strata

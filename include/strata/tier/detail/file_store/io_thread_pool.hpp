@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * @file tier/detail/file_store/io_thread_pool.hpp
+ * @brief The file tier's I/O threads (where io_uring is missing or refused).
+ */
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace strata::detail {
+
+/// @brief Worker threads taking jobs `f(worker_index)` in order.
+class io_thread_pool {
+ public:
+  explicit io_thread_pool(int threads)
+  {
+    for (int i = 0; i < threads; ++i) {
+      threads_.emplace_back([this, i] { run(i); });
+    }
+  }
+  io_thread_pool(io_thread_pool const&) = delete;
+  io_thread_pool& operator=(io_thread_pool const&) = delete;
+  ~io_thread_pool()
+  {
+    {
+      std::lock_guard lock{mutex_};
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) {
+      t.join();
+    }
+  }
+  void post(std::function<void(int)> job)
+  {
+    {
+      std::lock_guard lock{mutex_};
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(threads_.size()); }
+
+ private:
+  void run(int worker)
+  {
+    for (;;) {
+      std::function<void(int)> job;
+      {
+        std::unique_lock lock{mutex_};
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) { return; }  // stopping, and every job ran
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job(worker);
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void(int)>> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace strata::detail
