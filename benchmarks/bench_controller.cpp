@@ -9,6 +9,7 @@
 // finish_prefill of
 //   the requests whose prompt completed (index insert, backups) and their release; the requests
 //   that finished are replaced by new ones outside the timed region, so 1,000 always wait.
+#include <strata/presets/h200.hpp>
 #include <strata/sched/strata_scheduler.hpp>
 #include <strata/sim/engine.hpp>
 

@@ -4,6 +4,7 @@
 // documents; one fifth bring new ones. Target: under 100 µs per decision.
 // `longest_prefix` past 128 waiting takes arrival order (SGLang's fallback); `longest_prefix_sorted`
 // measures its sorted path over all 1,000; `srpt` and `strata` (remaining-work order) probe all 1,000.
+#include <strata/presets/h200.hpp>
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
 

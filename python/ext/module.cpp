@@ -19,6 +19,7 @@
 #include <strata/cache/controller.hpp>
 #include <strata/config.hpp>
 #include <strata/index/hiradix_tree.hpp>
+#include <strata/presets/h200.hpp>
 #include <strata/tier/file_store.hpp>
 #include <strata/transfer/host_copy.hpp>
 

@@ -1,6 +1,9 @@
 // Cost model and scheduler strategies.
 #include "../support/catch.hpp"
 
+#include "../../tools/simulate/calibration.hpp"
+
+#include <strata/presets/h200.hpp>
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
 
@@ -15,6 +18,8 @@
 #include <vector>
 
 using namespace strata;
+using strata::tools::calibrate_file_tier;
+using strata::tools::calibrate_from_csv;
 
 namespace {
 
@@ -177,7 +182,7 @@ TEST_CASE("the cost model rejects bad parameters and calibrates from benchmark o
   write_csv("");
   cost_model c = costs();
   double const file_before = c.io().load_bytes_per_s[2], remote_before = c.io().load_bytes_per_s[3];
-  c.calibrate_from_csv(path, "gpu_assisted/2", 8, 32);
+  calibrate_from_csv(c, path, "gpu_assisted/2", 8, 32);
   CHECK(c.io().load_bytes_per_s[1] == Catch::Approx(52e9));  // the best of the contexts
   CHECK(c.io().backup_bytes_per_s == Catch::Approx(40e9));
   CHECK(c.io().load_bytes_per_s[2] == file_before);  // other links: unchanged
@@ -188,13 +193,13 @@ TEST_CASE("the cost model rejects bad parameters and calibrates from benchmark o
         "llama3.1-8b,8x,32,8192,load,gpu_assisted/2,50.0,0.9\n", "llama3.1-8b,8,32,8192,load,gpu_assisted/2\n"}) {
     write_csv(row);
     cost_model d = costs();
-    STRATA_REQUIRE_THROWS(invalid_argument, ":6: ", d.calibrate_from_csv(path, "gpu_assisted/2", 8, 32));
+    STRATA_REQUIRE_THROWS(invalid_argument, ":6: ", calibrate_from_csv(d, path, "gpu_assisted/2", 8, 32));
     CHECK(d.io().load_bytes_per_s[1] == costs().io().load_bytes_per_s[1]);  // unchanged
   }
   write_csv("");
   STRATA_REQUIRE_THROWS(invalid_argument, "no load and backup rows for staged",
-                        c.calibrate_from_csv(path, "staged", 8, 32));
-  STRATA_REQUIRE_THROWS(invalid_argument, "cannot read", c.calibrate_from_csv("no/such/file.csv", "x", 8, 32));
+                        calibrate_from_csv(c, path, "staged", 8, 32));
+  STRATA_REQUIRE_THROWS(invalid_argument, "cannot read", calibrate_from_csv(c, "no/such/file.csv", "x", 8, 32));
   std::remove(path.c_str());
 }
 
@@ -280,13 +285,13 @@ TEST_CASE("the file tier calibrates from bench_file_store's output", "[cpu][sche
   };
   write("");
   cost_model c = costs();
-  auto const [read, written] = c.calibrate_file_tier(path, 32);
+  auto const [read, written] = calibrate_file_tier(c, path, 32);
   CHECK(read == Catch::Approx(1.95e9));  // median of 1.8, 1.9, 2.0, 2.1: aggregates and 16-token pages left out
   CHECK(written == Catch::Approx(2.8e9));
   CHECK(c.io().load_bytes_per_s[2] == Catch::Approx(1.95e9));
   CHECK(c.write_bytes_per_s(tier::file) == Catch::Approx(2.8e9));
   CHECK(c.io().load_bytes_per_s[1] == costs().io().load_bytes_per_s[1]);  // the host link: unchanged
-  CHECK(c.calibrate_file_tier(path, 16).first == Catch::Approx(5.5e9));   // no writes: write rate kept
+  CHECK(calibrate_file_tier(c, path, 16).first == Catch::Approx(5.5e9));  // no writes: write rate kept
   CHECK(c.write_bytes_per_s(tier::file) == Catch::Approx(2.8e9));
   // Bad rows are named; the model is then unchanged.
   for (char const* row : {"llama3.1-8b-p32/read/min_time:1.000/manual_time 1 ms 1 ms 1 MiB=512\n",
@@ -294,13 +299,13 @@ TEST_CASE("the file tier calibrates from bench_file_store's output", "[cpu][sche
                           "llama3.1-8b-p32/read/min_time:1.000/manual_time 1 ms 1 ms 1 GB/s=-2 MiB=512\n"}) {
     write(row);
     cost_model d = costs();
-    STRATA_REQUIRE_THROWS(invalid_argument, path + ":14: no positive GB/s= counter", d.calibrate_file_tier(path, 32));
+    STRATA_REQUIRE_THROWS(invalid_argument, path + ":14: no positive GB/s= counter", calibrate_file_tier(d, path, 32));
     CHECK(d.io().load_bytes_per_s[2] == h200::file_read_bytes_per_s);
   }
   write("");
-  STRATA_REQUIRE_THROWS(invalid_argument, "no read runs of p64 records in " + path, c.calibrate_file_tier(path, 64));
-  STRATA_REQUIRE_THROWS(invalid_argument, "cost_model::calibrate_file_tier: cannot read",
-                        c.calibrate_file_tier("no/such/output.txt", 32));
+  STRATA_REQUIRE_THROWS(invalid_argument, "no read runs of p64 records in " + path, calibrate_file_tier(c, path, 64));
+  STRATA_REQUIRE_THROWS(invalid_argument, "calibrate_file_tier: cannot read",
+                        calibrate_file_tier(c, "no/such/output.txt", 32));
   std::remove(path.c_str());
 }
 

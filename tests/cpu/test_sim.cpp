@@ -3,6 +3,7 @@
 
 #include "../../tools/simulate/report.hpp"  // the simulator tool's summaries (not installed)
 
+#include <strata/presets/h200.hpp>
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
 

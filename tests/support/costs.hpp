@@ -3,6 +3,7 @@
 #pragma once
 
 #include <strata/cache/controller.hpp>
+#include <strata/presets/h200.hpp>
 
 namespace strata::test {
 

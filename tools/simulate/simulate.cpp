@@ -15,6 +15,9 @@
 #include "progress.hpp"
 #include "report.hpp"
 
+#include "calibration.hpp"
+
+#include <strata/presets/h200.hpp>
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
 #include <strata/sim/workload.hpp>
@@ -283,7 +286,7 @@ void set_file_tier(options const& o, cost_model& costs)
 {
   if (!o.file_bench.empty()) {
     try {
-      (void)costs.calibrate_file_tier(o.file_bench, costs.page_tokens());
+      (void)tools::calibrate_file_tier(costs, o.file_bench, costs.page_tokens());
     } catch (invalid_argument const& e) {
       throw invalid_argument(std::string{"--file-bench: "} + e.what());
     }

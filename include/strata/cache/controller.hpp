@@ -26,6 +26,7 @@
 
 #include <strata/cache/executor.hpp>
 #include <strata/index/hiradix_tree.hpp>
+#include <strata/presets/h200.hpp>
 #include <strata/sched/cost_model.hpp>
 #include <strata/sched/strata_scheduler.hpp>
 #include <strata/sched/toolkit.hpp>
@@ -195,30 +196,6 @@ struct cache_stats {
   std::int64_t restored_pages = 0;
   std::int64_t restore_dropped = 0;
 };
-
-namespace h200 {
-/**
- * @brief H200 cost figures for any geometry: a known model's (`models::`) when the geometry is
- *        one, else Llama-3.1-8B's compute scaled by KV bytes per token (a rough proxy for model size).
- */
-inline cost_model costs_for(kv_geometry const& g)
-{
-  for (model_shape const& m : {models::llama31_8b, models::qwen25_14b, models::llama31_70b}) {
-    if (m.layers == g.layers && m.kv_heads == g.kv_heads && m.head_dim == g.head_dim && m.planes == g.planes) {
-      return cost_model{model_costs(m), gpu_assisted_io(), g.page_bytes(), g.page_tokens};
-    }
-  }
-  compute_costs c = model_costs(models::llama31_8b);
-  double const scale =
-      double(g.token_bytes()) / double(models::llama31_8b.geometry(g.page_tokens, g.elem_bytes).token_bytes());
-  c.prefill_s_per_token *= scale;
-  c.attention_flop_per_pair *= scale;
-  c.decode_weight_bytes *= scale;
-  c.decode_kv_bytes_per_token = double(g.token_bytes());
-  c.layers = g.layers;
-  return cost_model{c, gpu_assisted_io(), g.page_bytes(), g.page_tokens};
-}
-}  // namespace h200
 
 /**
  * @brief The cache controller. See the file comment for the loop; each member says what it

@@ -16,6 +16,7 @@
 
 #include <strata/cache/controller.hpp>
 #include <strata/cache/executor.hpp>
+#include <strata/presets/h200.hpp>
 #include <strata/tier/file_store.hpp>
 #include <strata/tier/pinned_host_pool.cuh>
 #include <strata/transfer/backend.cuh>
@@ -33,43 +34,6 @@
 #include <vector>
 
 namespace strata {
-
-/// @brief The backends a `gpu_executor` chooses from (the order of its option tables).
-enum class gpu_backend : std::uint8_t {
-  gpu_assisted = 0,  ///< SM copy kernels (`default_load_config` for loads, `default_backup_config` for copies)
-  dma_batch = 1,     ///< the copy engine through `cudaMemcpyBatchAsync` (from a `submit_thread` by default)
-  staged = 2,        ///< whole records by the copy engine, relayed by a kernel (needs a record layout on one side)
-};
-/// @brief Number of `gpu_backend` values.
-inline constexpr std::size_t gpu_backend_count = 3;
-/// @brief Name of a backend, for reports.
-constexpr char const* to_string(gpu_backend b) noexcept
-{
-  constexpr char const* names[] = {"gpu_assisted", "dma_batch", "staged"};
-  return static_cast<std::size_t>(b) < gpu_backend_count ? names[static_cast<std::size_t>(b)] : "?";
-}
-
-namespace h200 {
-/**
- * @brief Measured costs of the loads of an 8K-token Llama-3.1-8B context (64 KiB blocks) on the
- *        H200 (docs/benchmarks.md, commits 4f1e287 and 33baf22; contiguous copy 55 GB/s), indexed by
- *        `gpu_backend`: bandwidth alone / beside prefill / beside decode, and the compute's slowdown.
- *        `dma_batch` is further capped by its descriptor rate on small blocks (`gpu_executor_config`).
- */
-inline std::array<transfer_option, gpu_backend_count> load_options()
-{
-  return {transfer_option{"gpu_assisted/2", {50.8, 34.1, 47.9}, {0, 0.15, 0.045}, 0.05},
-          transfer_option{"dma_batch (submit thread)", {53.2, 52.8, 52.3}, {0, 0.023, 0.038}, 0.05},
-          transfer_option{"staged", {53.8, 25.3, 53.4}, {0, 0.045, 0.06}, 0.5}};
-}
-/// @brief The same for backups and demotions (device to host; `gpu_assisted` with one CTA).
-inline std::array<transfer_option, gpu_backend_count> copy_options()
-{
-  return {transfer_option{"gpu_assisted/1", {42.1, 29.7, 29.7}, {0, 0.125, 0.032}, 0.05},
-          transfer_option{"dma_batch (submit thread)", {53.4, 52.8, 52.3}, {0, 0.023, 0.038}, 0.05},
-          transfer_option{"staged", {54.0, 25.3, 53.4}, {0, 0.045, 0.06}, 0.5}};
-}
-}  // namespace h200
 
 /// @brief Settings of a `gpu_executor` (defaults: the H200's measured costs, automatic choice).
 struct gpu_executor_config {

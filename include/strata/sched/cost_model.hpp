@@ -3,7 +3,7 @@
  * @file sched/cost_model.hpp
  * @brief Predicted times: loading pages between tiers, prefill, decode.
  *
- * Defaults are one H200 (PCIe 5.0 x16) and the models of `strata::models`; every number says where
+ * The model holds no figures of its own: `presets/h200.hpp` has every H200 number, each saying where
  * it comes from. The scheduler uses the model to predict a batch's load and compute time; the
  * simulator uses the same model as its clock.
  */
@@ -17,11 +17,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
-#include <string>
-#include <utility>
-#include <vector>
 
 namespace strata {
 
@@ -239,111 +234,18 @@ class cost_model {
   }
 
   /**
-   * @brief Sets the file tier's read and write bandwidth from the output of `bench_file_store`
-   *        (Google Benchmark's console format, as committed under docs/results/): the median over
-   *        every repetition of the `read` and `read(shuffled slots)` runs of `-p<page_tokens>`
-   *        records, and of their `write` runs (aggregate rows such as `_median` are skipped; the
-   *        write bandwidth is unchanged when the file has no write runs). Each `GB/s=` counter is
-   *        the store's payload rate, checksums and headers included.
-   * @param path the benchmark's output
-   * @param page_tokens selects the records (`llama3.1-8b-p32`: 32)
-   * @return the read and write bandwidth now in the model, bytes per second
-   * @throw strata::invalid_argument when the file cannot be read, a matching row has no readable
-   *        `GB/s=` counter, or no read row matches; the model is then unchanged
+   * @brief Sets the host tier's load bandwidth (PCIe into the device pool) and the backup bandwidth
+   *        (device -> host), in bytes per second; latencies unchanged.
+   * @throw strata::invalid_argument unless both are positive and finite; the model is then unchanged
    */
-  std::pair<double, double> calibrate_file_tier(std::string const& path, std::int64_t page_tokens)
+  void set_host_link(double load_bytes_per_s, double backup_bytes_per_s)
   {
-    std::ifstream in{path};
-    STRATA_EXPECTS(in.good(), "cost_model::calibrate_file_tier: cannot read ", path);
-    std::string const records = "-p" + std::to_string(page_tokens) + "/";
-    std::vector<double> reads, writes;
-    std::string line;
-    for (std::int64_t line_no = 1; std::getline(in, line); ++line_no) {
-      std::istringstream words{line};
-      std::string name;
-      words >> name;
-      std::size_t const at = name.find(records);
-      if (at == std::string::npos) { continue; }
-      std::string const op = name.substr(at + records.size());
-      bool const read = op.rfind("read", 0) == 0, write = op.rfind("write", 0) == 0;
-      bool const aggregate = name.find("_mean") != std::string::npos || name.find("_median") != std::string::npos ||
-                             name.find("_stddev") != std::string::npos || name.find("_cv") != std::string::npos;
-      if ((!read && !write) || aggregate) { continue; }
-      std::size_t const counter = line.find(" GB/s=");
-      double gbps = 0;
-      bool parsed = counter != std::string::npos;
-      if (parsed) {
-        try {
-          std::size_t used = 0;
-          std::string const cell = line.substr(counter + 6, line.find(' ', counter + 6) - (counter + 6));
-          gbps = std::stod(cell, &used);
-          parsed = used == cell.size() && std::isfinite(gbps) && gbps > 0;
-        } catch (std::logic_error const&) {  // std::stod
-          parsed = false;
-        }
-      }
-      STRATA_EXPECTS(parsed, "cost_model::calibrate_file_tier: ", path, ":", line_no,
-                     ": no positive GB/s= counter in '", line, "'");
-      (read ? reads : writes).push_back(gbps * 1e9);
-    }
-    STRATA_EXPECTS(!reads.empty(), "cost_model::calibrate_file_tier: no read runs of ",
-                   records.substr(1, records.size() - 2), " records in ", path);
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      std::size_t const n = v.size();
-      return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    };
-    set_file_tier(median(reads), writes.empty() ? write_bytes_per_s(tier::file) : median(writes));
-    return {io_.load_bytes_per_s[std::size_t(tier::file)], io_.store_bytes_per_s[std::size_t(tier::file)]};
-  }
-
-  /**
-   * @brief Replaces the host tier's load bandwidth and the backup bandwidth with the best `GBps` of
-   *        the matching rows of a `bench_transfer` CSV (one backend, KV head count and page size;
-   *        the best of the contexts measured). File and remote tiers are other links: unchanged.
-   * @param path the CSV (`transfer.csv` under `$OUT`)
-   * @param backend e.g. "gpu_assisted/2"; @param kv_heads, page_tokens select the rows
-   * @throw strata::invalid_argument when the file cannot be read, a row cannot be parsed, or no
-   *        load and backup rows match; the model is then unchanged
-   */
-  void calibrate_from_csv(std::string const& path, std::string const& backend, std::int64_t kv_heads,
-                          std::int64_t page_tokens)
-  {
-    std::ifstream in{path};
-    STRATA_EXPECTS(in.good(), "cost_model::calibrate_from_csv: cannot read ", path);
-    std::string line;
-    std::getline(in, line);  // header
-    double load = 0, backup = 0;
-    for (std::int64_t line_no = 2; std::getline(in, line); ++line_no) {
-      std::vector<std::string> f;
-      std::stringstream ss{line};
-      for (std::string cell; std::getline(ss, cell, ',');) {
-        f.push_back(cell);
-      }
-      if (f.size() < 6 || f[5] != backend) { continue; }
-      STRATA_EXPECTS(f.size() >= 7, "cost_model::calibrate_from_csv: ", path, ":", line_no, ": a ", backend,
-                     " row without a GBps cell");
-      STRATA_EXPECTS(f[4] == "load" || f[4] == "backup", "cost_model::calibrate_from_csv: ", path, ":", line_no,
-                     ": direction '", f[4], "' is neither load nor backup");
-      std::int64_t heads = 0, page = 0;
-      double gbps = 0;
-      bool parsed = true;
-      try {  // each cell whole: "8x" is not 8
-        std::size_t used_heads = 0, used_page = 0, used_gbps = 0;
-        heads = std::stoll(f[1], &used_heads), page = std::stoll(f[2], &used_page), gbps = std::stod(f[6], &used_gbps);
-        parsed = used_heads == f[1].size() && used_page == f[2].size() && used_gbps == f[6].size();
-      } catch (std::logic_error const&) {  // std::stoll / std::stod
-        parsed = false;
-      }
-      STRATA_EXPECTS(parsed, "cost_model::calibrate_from_csv: ", path, ":", line_no, ": cannot parse '", line, "'");
-      if (heads != kv_heads || page != page_tokens) { continue; }
-      double& best = f[4] == "load" ? load : backup;
-      best = std::max(best, gbps * 1e9);
-    }
-    STRATA_EXPECTS(load > 0 && backup > 0, "cost_model::calibrate_from_csv: no load and backup rows for ", backend,
-                   ", ", kv_heads, " KV heads, ", page_tokens, "-token pages in ", path);
-    io_.load_bytes_per_s[std::size_t(tier::host)] = load;
-    io_.backup_bytes_per_s = backup;
+    STRATA_EXPECTS(std::isfinite(load_bytes_per_s) && load_bytes_per_s > 0 && std::isfinite(backup_bytes_per_s) &&
+                       backup_bytes_per_s > 0,
+                   "cost_model::set_host_link: bandwidths must be positive, finite numbers of bytes/s, got ",
+                   load_bytes_per_s, " and ", backup_bytes_per_s);
+    io_.load_bytes_per_s[std::size_t(tier::host)] = load_bytes_per_s;
+    io_.backup_bytes_per_s = backup_bytes_per_s;
   }
 
  private:
@@ -361,137 +263,4 @@ class cost_model {
   std::int64_t page_tokens_{0};
 };
 
-/// @brief Measured and derived costs on one H200. See docs/cost_model.md for every source.
-namespace h200 {
-
-/**
- * @brief Compute costs of a model on one H200.
- *
- * - Linear prefill: Llama-3.1-8B's per-layer GEMMs for 4,096 tokens ran 75–78 ms (bench_interference,
- *   2026-11-29: 18.8 µs per token, 0.74 PFLOP/s); +10% for norms, RoPE and the rest; other models scale
- *   by their non-embedding parameters (Llama-3.1-70B in FP8 at 1.5x the bf16 rate: 141 GB of bf16
- *   weights do not fit one H200 with a KV cache).
- * - Attention: 4 * q_heads * head_dim * layers FLOPs per (query, key) pair at 450 TFLOP/s (about 60%
- *   of the measured bf16 GEMM rate, what FlashAttention-3 reports for long causal sequences).
- * - Decode: every parameter's bytes (16.06 GB for Llama-3.1-8B in bf16; a conservative reading, as
- *   only rows of the embedding table are read) streamed at 3.58 TB/s (measured: 13.96 GB of
- *   Llama-3.1-8B GEMM weights per step in 3.9 ms), plus the KV cache read, 0.2 ms per step and 2 µs
- *   per sequence.
- */
-inline compute_costs model_costs(model_shape const& m)
-{
-  struct shape {
-    double non_embedding_params, all_params_bytes, q_heads, head_dim, rate_scale;
-  };
-  auto same = [&](model_shape const& o) {
-    return m.layers == o.layers && m.kv_heads == o.kv_heads && m.head_dim == o.head_dim && m.planes == o.planes;
-  };
-  shape s{};
-  if (same(models::llama31_8b)) {
-    s = {6.98e9, 16.06e9, 32, 128, 1.0};  // bf16
-  } else if (same(models::qwen25_14b)) {
-    s = {13.1e9, 29.54e9, 40, 128, 1.0};  // bf16
-  } else if (same(models::llama31_70b)) {
-    s = {68.5e9, 70.6e9, 64, 128, 1.5};  // FP8 weights
-  } else {
-    STRATA_EXPECTS(false, "h200::model_costs: no figures for ", m.name ? m.name : "this model", " (", m.layers,
-                   " layers, ", m.kv_heads, " KV heads of ", m.head_dim,
-                   "): Llama-3.1-8B, Qwen-2.5-14B and Llama-3.1-70B have them");
-  }
-  double const llama8b_s_per_param_token = 18.8e-6 / 6.98e9;  // measured GEMM rate
-  compute_costs c;
-  c.prefill_s_per_token = 1.1 * s.non_embedding_params * llama8b_s_per_param_token / s.rate_scale;
-  c.attention_flop_per_pair = 4 * s.q_heads * s.head_dim * double(m.layers);
-  c.attention_flops = 450e12;
-  c.decode_weight_bytes = s.all_params_bytes;
-  c.decode_kv_bytes_per_token = double(m.layers * m.planes * m.kv_heads * m.head_dim * 2);
-  c.hbm_bytes_per_s = 3.58e12;
-  c.decode_overhead_s = 0.2e-3;
-  c.decode_s_per_sequence = 2e-6;
-  c.layers = m.layers;
-  return c;
-}
-
-/// @brief File-tier read bandwidth measured on the H200 machine's disk (2026-12-01, `bench_file_store`,
-///        docs/results/2026-12-01-h200/file_store-ee1a499.txt): the median of the six read and
-///        shuffled-read repetitions of Llama-3.1-8B 32-token records through `file_store` (O_DIRECT,
-///        io_uring, CRC-32C), 1.924 GB/s, 0.99 of a plain sequential O_DIRECT read of the same bytes.
-inline constexpr double file_read_bytes_per_s = 1.92e9;
-/// @brief File-tier write bandwidth measured in the same run: median of three, 2.876 GB/s (1.00 of sequential).
-inline constexpr double file_write_bytes_per_s = 2.88e9;
-/// @brief Assumed, not measured here: one PCIe 5.0 x4 NVMe drive, 12 GB/s each way (what the cost
-///        model used before the file tier was measured). `cost_model::set_file_tier` selects it.
-inline constexpr double pcie5_nvme_bytes_per_s = 12e9;
-
-/**
- * @brief Tiers below the host. File: the measured `file_read_bytes_per_s` and
- *        `file_write_bytes_per_s` of the H200 machine's disk, 100 µs per load (assumed); its pages
- *        then cross PCIe at the host tier's rate (`cost_model::load_s`). Remote (assumed, not
- *        measured): a 100 Gb/s network store at 10 GB/s each way and 1 ms per transfer.
- */
-inline void lower_tiers(io_costs& io)
-{
-  io.load_bytes_per_s[2] = file_read_bytes_per_s;
-  io.store_bytes_per_s[2] = file_write_bytes_per_s;
-  io.load_latency_s[2] = 100e-6;
-  io.load_bytes_per_s[3] = 10e9;
-  io.store_bytes_per_s[3] = 10e9;
-  io.load_latency_s[3] = 1e-3;
-}
-
-/**
- * @brief GPU-assisted I/O (2 CTAs) with layer-wise overlap: 49.4 GB/s loads and 52.4 GB/s backups
- *        (bench_transfer, Llama-3.1-8B 32-token pages, 8K context), and the compute it costs with
- *        the SM count target: prefill +4.4%, decode +4.6% while loads run (bench_interference, loads at 0.87-0.88 of
- * contiguous meanwhile).
- */
-inline io_costs gpu_assisted_io()
-{
-  io_costs io;
-  io.load_bytes_per_s[1] = 49.4e9;
-  io.load_latency_s[1] = 20e-6;
-  io.backup_bytes_per_s = 52.4e9;
-  io.layerwise_overlap = true;
-  io.prefill_slowdown = 0.044;
-  io.decode_slowdown = 0.046;
-  lower_tiers(io);
-  return io;
-}
-
-/// @brief Batched DMA from a submit thread (SGLang-like): 52.3 GB/s loads, 53.3 GB/s backups,
-///        layer-wise overlap, prefill +2.6% and decode +3.8% beside loads.
-inline io_costs batched_dma_io()
-{
-  io_costs io;
-  io.load_bytes_per_s[1] = 52.3e9;
-  io.load_latency_s[1] = 50e-6;
-  io.backup_bytes_per_s = 53.3e9;
-  io.layerwise_overlap = true;
-  io.prefill_slowdown = 0.026;
-  io.decode_slowdown = 0.038;
-  lower_tiers(io);
-  return io;
-}
-
-/// @brief Per-block DMA (vLLM-with-offloading-like): 16.0 GB/s loads and 17.4 GB/s backups for
-///        64 KiB blocks, the whole load before the forward pass.
-inline io_costs per_block_dma_io()
-{
-  io_costs io;
-  io.load_bytes_per_s[1] = 16.0e9;
-  io.load_latency_s[1] = 50e-6;
-  io.backup_bytes_per_s = 17.4e9;
-  io.layerwise_overlap = false;
-  lower_tiers(io);
-  return io;
-}
-
-/// @brief A cost model for `m` (32-token pages, bf16 KV) with transfer system `io`.
-inline cost_model costs(model_shape const& m, io_costs const& io, std::int64_t page_tokens = 32)
-{
-  kv_geometry const g = m.geometry(page_tokens);
-  return cost_model{model_costs(m), io, g.page_bytes(), page_tokens};
-}
-
-}  // namespace h200
 }  // namespace strata

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <strata/cache/controller.hpp>
+#include <strata/presets/h200.hpp>
 #include <strata/sim/virtual_executor.hpp>
 #include <strata/sim/workload.hpp>
 

@@ -6,9 +6,9 @@
  */
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
 #include <sys/uio.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdint>

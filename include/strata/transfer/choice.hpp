@@ -20,6 +20,21 @@
 
 namespace strata {
 
+/// @brief The backends a `gpu_executor` chooses from (the order of its option tables).
+enum class gpu_backend : std::uint8_t {
+  gpu_assisted = 0,  ///< SM copy kernels (`default_load_config` for loads, `default_backup_config` for copies)
+  dma_batch = 1,     ///< the copy engine through `cudaMemcpyBatchAsync` (from a `submit_thread` by default)
+  staged = 2,        ///< whole records by the copy engine, relayed by a kernel (needs a record layout on one side)
+};
+/// @brief Number of `gpu_backend` values.
+inline constexpr std::size_t gpu_backend_count = 3;
+/// @brief Name of a backend, for reports.
+constexpr char const* to_string(gpu_backend b) noexcept
+{
+  constexpr char const* names[] = {"gpu_assisted", "dma_batch", "staged"};
+  return static_cast<std::size_t>(b) < gpu_backend_count ? names[static_cast<std::size_t>(b)] : "?";
+}
+
 /// @brief What the GPU is doing while a transfer runs.
 enum class gpu_activity {
   idle,     ///< nothing: only the transfer's own speed matters

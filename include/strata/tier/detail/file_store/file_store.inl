@@ -80,7 +80,9 @@ inline auto file_store::key(std::int64_t slot) const -> std::optional<std::uint6
   return s.valid ? std::optional{s.key} : std::nullopt;
 }
 
-inline auto file_store::submit_write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources, std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys, std::span<std::int32_t const> ids) -> io_ticket
+inline auto file_store::submit_write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
+                                     std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys,
+                                     std::span<std::int32_t const> ids) -> io_ticket
 {
   validate(slots, sources.size(), keys.size(), "write");
   for (auto const* p : sources) {
@@ -109,7 +111,8 @@ inline auto file_store::submit_write(std::span<std::int64_t const> slots, std::s
   return launch(std::move(b));
 }
 
-inline auto file_store::submit_read(std::span<std::int64_t const> slots, std::span<std::byte* const> records, std::span<std::uint64_t const> expected_keys) -> io_ticket
+inline auto file_store::submit_read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+                                    std::span<std::uint64_t const> expected_keys) -> io_ticket
 {
   validate(slots, records.size(), expected_keys.size(), "read");
   for (auto* p : records) {
@@ -127,8 +130,8 @@ inline auto file_store::submit_read(std::span<std::int64_t const> slots, std::sp
     if (!s.valid) {
       b->fail(detail::concat("file_store: slot ", it.slot, " holds no record"));
     } else if (!expected_keys.empty() && expected_keys[i] != s.key) {
-      b->fail(detail::concat("file_store: slot ", it.slot, " holds key ", s.key, ", not the expected ",
-                             expected_keys[i]));
+      b->fail(
+          detail::concat("file_store: slot ", it.slot, " holds key ", s.key, ", not the expected ", expected_keys[i]));
     }
   }
   if (b->failed.load()) {  // no I/O for a batch that cannot succeed
@@ -168,27 +171,25 @@ inline auto file_store::compute_geometry_hash() const noexcept -> std::uint64_t
 {
   detail::fnv1a h;
   h.i64(detail::file_format_version);
-  for (auto v :
-       {geometry_.layers, geometry_.page_tokens, geometry_.kv_heads, geometry_.head_dim, geometry_.elem_bytes,
-        geometry_.planes, std::int64_t{options_.tp_rank}, std::int64_t{options_.tp_size}, record_bytes_}) {
+  for (auto v : {geometry_.layers, geometry_.page_tokens, geometry_.kv_heads, geometry_.head_dim, geometry_.elem_bytes,
+                 geometry_.planes, std::int64_t{options_.tp_rank}, std::int64_t{options_.tp_size}, record_bytes_}) {
     h.i64(v);
   }
   h.bytes(options_.tag.data(), options_.tag.size());
   return h.h;
 }
 
-inline auto file_store::validate(std::span<std::int64_t const> slots, std::size_t buffers, std::size_t keys, char const* what) const -> void
+inline auto file_store::validate(std::span<std::int64_t const> slots, std::size_t buffers, std::size_t keys,
+                                 char const* what) const -> void
 {
-  STRATA_EXPECTS(buffers == slots.size(), "file_store: ", what, ": ", slots.size(), " slots but ", buffers,
-                 " buffers");
+  STRATA_EXPECTS(buffers == slots.size(), "file_store: ", what, ": ", slots.size(), " slots but ", buffers, " buffers");
   STRATA_EXPECTS(keys == 0 || keys == slots.size(), "file_store: ", what, ": ", slots.size(), " slots but ", keys,
                  " keys");
   std::vector<std::int64_t> sorted(slots.begin(), slots.end());
   std::sort(sorted.begin(), sorted.end());
   for (std::size_t i = 0; i < sorted.size(); ++i) {
     auto const s = sorted[i];
-    STRATA_EXPECTS(s >= 0 && s < capacity(), "file_store: ", what, ": slot ", s, " out of range [0, ", capacity(),
-                   ")");
+    STRATA_EXPECTS(s >= 0 && s < capacity(), "file_store: ", what, ": slot ", s, " out of range [0, ", capacity(), ")");
     STRATA_EXPECTS(slots_.is_allocated(s), "file_store: ", what, ": slot ", s, " is not allocated");
     STRATA_EXPECTS(i == 0 || sorted[i - 1] != s, "file_store: ", what, ": slot ", s, " is listed twice");
     STRATA_EXPECTS(!index_[static_cast<std::size_t>(s)].busy, "file_store: ", what, ": slot ", s,
@@ -204,9 +205,9 @@ inline auto file_store::open_files() -> void
                     ec.message());
   direct_ = options_.use_direct_io;
   for (int f = 0; f < options_.files; ++f) {
-    auto const path = (std::filesystem::path{options_.directory} /
-                       detail::concat("strata-kv.rank", options_.tp_rank, ".", f, ".dat"))
-                          .string();
+    auto const path =
+        (std::filesystem::path{options_.directory} / detail::concat("strata-kv.rank", options_.tp_rank, ".", f, ".dat"))
+            .string();
     int flags = O_RDWR | O_CREAT | O_CLOEXEC;
     int fd = direct_ ? ::open(path.c_str(), flags | O_DIRECT, 0644) : -1;
     if (fd < 0) {
@@ -249,7 +250,8 @@ inline auto file_store::where(std::int64_t s) const noexcept -> std::pair<int, o
   return {files_[static_cast<std::size_t>(f)].get(), static_cast<off_t>((s - f * slots_per_file_) * record_bytes_)};
 }
 
-inline auto file_store::check_header(std::byte const* block, std::int64_t slot, detail::file_record_header& h) const noexcept -> char const*
+inline auto file_store::check_header(std::byte const* block, std::int64_t slot,
+                                     detail::file_record_header& h) const noexcept -> char const*
 {
   std::memcpy(&h, block, sizeof h);
   if (h.magic != detail::file_record_magic) { return "bad magic (no record, or overwritten)"; }
@@ -351,7 +353,8 @@ inline auto file_store::io_failure(char const* what, std::int64_t first_slot, st
                         " failed: ", e == ENOSPC ? "no space left on the device: " : "", detail::errno_text(e));
 }
 
-inline auto file_store::prepare_run(batch& b, std::span<std::size_t const> run, worker_buffers& buf, std::vector<iovec>& iov) const -> bool
+inline auto file_store::prepare_run(batch& b, std::span<std::size_t const> run, worker_buffers& buf,
+                                    std::vector<iovec>& iov) const -> bool
 {
   auto const n = run.size();
   auto const pad = static_cast<std::size_t>(record_bytes_ - detail::file_header_bytes - page_bytes_);
@@ -390,7 +393,8 @@ inline auto file_store::prepare_run(batch& b, std::span<std::size_t const> run, 
   return false;
 }
 
-inline auto file_store::verify_read(batch& b, std::span<std::size_t const> run, worker_buffers const& buf, bool staged) const -> void
+inline auto file_store::verify_read(batch& b, std::span<std::size_t const> run, worker_buffers const& buf,
+                                    bool staged) const -> void
 {
   for (std::size_t k = 0; k < run.size(); ++k) {
     auto const& it = b.items[run[k]];
@@ -431,7 +435,9 @@ inline auto file_store::thread_run(batch& b, std::span<std::size_t const> run, i
 }
 
 #ifdef STRATA_FILE_STORE_URING
-inline auto file_store::start_uring_run(std::shared_ptr<batch> const& b, std::shared_ptr<std::vector<std::size_t> const> const& order, std::pair<std::size_t, std::size_t> r) -> void
+inline auto file_store::start_uring_run(std::shared_ptr<batch> const& b,
+                                        std::shared_ptr<std::vector<std::size_t> const> const& order,
+                                        std::pair<std::size_t, std::size_t> r) -> void
 {
   auto u = std::make_unique<uring_run>();
   u->b = b;
