@@ -98,7 +98,7 @@ void decide(benchmark::State& state, S strategy)
   scheduler_view const v = f.view();
   std::size_t planned = 0;
   for (auto _ : state) {
-    batch_plan const p = strategy.schedule(v);
+    batch_plan const p = plan_batch(strategy, v, f.tree);  // the proposal and its final match
     planned += p.prefills.size();
     benchmark::DoNotOptimize(p.predicted_load_s);
   }

@@ -334,7 +334,7 @@ TEST_CASE("the scheduler sees a file-tier hit at the file tier's cost", "[cpu][s
     CHECK(slow.prefix_pages == 0);
     CHECK(choose_prefix(v, 0, f.tree.probe(q1)).prefix_pages == 0);
     CHECK(remaining_work_s(v, 0, f.tree.probe(q1)) == Catch::Approx(f.c.prefill_s(801 * 32, 0)));
-    auto const p = match_plan(v, [&] {
+    auto const p = match_plan(f.tree, v, [&] {
       batch_plan b;
       b.prefills.push_back(slow);
       return b;
@@ -353,14 +353,14 @@ TEST_CASE("the scheduler sees a file-tier hit at the file tier's cost", "[cpu][s
   CHECK(item_load_s(v, from_host) == Catch::Approx(20e-6 + 800 * page / 49.4e9));
   // srpt ranks the file hit last (the most remaining work: 0.17 s of reads), and its plan predicts
   // the read before the compute.
-  auto const p = srpt{}.schedule(f.view());
+  auto const p = plan_batch(srpt{}, f.view(), f.tree);
   REQUIRE(p.prefills.size() == 3);
   CHECK(ids_of(p) == std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}});
   CHECK(p.predicted_load_s == Catch::Approx(f.c.load_s({0, 800, 800, 0})));
   CHECK(p.predicted_serial_load_s == Catch::Approx(100e-6 + 800 * page / 20e9));
   // strata's bubbles fill the read as well: the GPU computes nothing while the records are read (the
   // compute hides the PCIe legs, not the read).
-  auto const b = strata_scheduler{}.schedule(f.view(8192, 4));
+  auto const b = plan_batch(strata_scheduler{}, f.view(8192, 4), f.tree);
   REQUIRE(b.prefills.size() == 3);
   CHECK(b.predicted_compute_s > f.c.load_s({0, 800, 0, 0}) * 2);
   double const step = f.c.decode_s(4, 4 * 60000) * (1 + f.c.io().decode_slowdown);
@@ -378,14 +378,14 @@ TEST_CASE("fifo takes arrival order; longest_prefix the longest cached prefix", 
   auto hit = doc;
   hit.push_back(7);
   f.wait(hit, 101 * 32);  // a hit on 100 pages
-  auto const a = fifo{}.schedule(f.view());
+  auto const a = plan_batch(fifo{}, f.view(), f.tree);
   CHECK(ids_of(a) == std::vector<request_id>{request_id{1}, request_id{2}});
-  auto const b = longest_prefix{}.schedule(f.view());
+  auto const b = plan_batch(longest_prefix{}, f.view(), f.tree);
   CHECK(ids_of(b) == std::vector<request_id>{request_id{2}, request_id{1}});
   REQUIRE(b.prefills[0].cached_tokens == 100 * 32);
   CHECK(b.prefills[0].chunk_tokens == 32);
   // Over max_sorted waiting, longest_prefix falls back to arrival order, as SGLang does.
-  CHECK(ids_of(longest_prefix{.max_sorted = 1}.schedule(f.view())) == ids_of(a));
+  CHECK(ids_of(plan_batch(longest_prefix{.max_sorted = 1}, f.view(), f.tree)) == ids_of(a));
 }
 
 TEST_CASE("sjf takes the shortest prompt; srpt the least remaining work; longest_prefix_sorted never falls back",
@@ -400,17 +400,18 @@ TEST_CASE("sjf takes the shortest prompt; srpt the least remaining work; longest
     hit.push_back(7);
     f.wait(hit, 101 * 32);        // the longest prompt, but a hit on 100 pages: 32 tokens to compute
     f.wait(pages(200, 10), 325);  // a short miss
-    CHECK(ids_of(sjf{}.schedule(f.view())) == std::vector<request_id>{request_id{3}, request_id{1}, request_id{2}});
+    CHECK(ids_of(plan_batch(sjf{}, f.view(), f.tree)) ==
+          std::vector<request_id>{request_id{3}, request_id{1}, request_id{2}});
     // srpt counts what is left: the hit's compute, plus its load when the document is on the host
     // (100 pages at ~49 GB/s: ~8.5 ms, more than the short miss's ~325 tokens of compute).
     auto const expected = on_host ? std::vector<request_id>{request_id{3}, request_id{2}, request_id{1}}
                                   : std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}};
-    CHECK(ids_of(srpt{}.schedule(f.view())) == expected);
+    CHECK(ids_of(plan_batch(srpt{}, f.view(), f.tree)) == expected);
     CHECK(srpt::remaining_s(f.view(), 1) < srpt::remaining_s(f.view(), 0));
     // longest_prefix falls back to arrival order past max_sorted waiting; the sorted variant never does.
-    CHECK(ids_of(longest_prefix{.max_sorted = 2}.schedule(f.view())) ==
+    CHECK(ids_of(plan_batch(longest_prefix{.max_sorted = 2}, f.view(), f.tree)) ==
           std::vector<request_id>{request_id{1}, request_id{2}, request_id{3}});
-    CHECK(ids_of(longest_prefix_sorted{}.schedule(f.view())) ==
+    CHECK(ids_of(plan_batch(longest_prefix_sorted{}, f.view(), f.tree)) ==
           std::vector<request_id>{request_id{2}, request_id{1}, request_id{3}});
     CHECK(std::string{longest_prefix_sorted::name} == "longest_prefix_sorted");
   }
@@ -460,12 +461,12 @@ TEST_CASE("every strategy keeps to the token budget and the device memory", "[cp
       std::sort(seen.begin(), seen.end());
       CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
     };
-    check(fifo{}.schedule(v), "fifo");
-    check(longest_prefix{}.schedule(v), "longest_prefix");
-    check(longest_prefix_sorted{}.schedule(v), "longest_prefix_sorted");
-    check(sjf{}.schedule(v), "sjf");
-    check(srpt{}.schedule(v), "srpt");
-    check(strata_scheduler{}.schedule(v), "strata");
+    check(plan_batch(fifo{}, v, f.tree), "fifo");
+    check(plan_batch(longest_prefix{}, v, f.tree), "longest_prefix");
+    check(plan_batch(longest_prefix_sorted{}, v, f.tree), "longest_prefix_sorted");
+    check(plan_batch(sjf{}, v, f.tree), "sjf");
+    check(plan_batch(srpt{}, v, f.tree), "srpt");
+    check(plan_batch(strata_scheduler{}, v, f.tree), "strata");
   }
 }
 
@@ -481,18 +482,18 @@ TEST_CASE("strata defers a request whose prefix another request is computing", "
   f.wait(q2, 101 * 32);
   strata_scheduler const s;
   CHECK(s.uses_transient_nodes());
-  auto const p = s.schedule(f.view());
+  auto const p = plan_batch(s, f.view(), f.tree);
   CHECK(ids_of(p) == std::vector<request_id>{request_id{1}});
   REQUIRE(p.deferred.size() == 1);
   CHECK(p.deferred[0].reason == deferral_reason::delay_hit);
   CHECK(p.deferred[0].waiting_for == request_id{1});
   // Without delay hits it computes the prefix again; the baselines do so too.
-  CHECK(ids_of(strata_scheduler{{.delay_hits = false}}.schedule(f.view())).size() == 2);
-  CHECK(ids_of(longest_prefix{}.schedule(f.view())).size() == 2);
+  CHECK(ids_of(plan_batch(strata_scheduler{{.delay_hits = false}}, f.view(), f.tree)).size() == 2);
+  CHECK(ids_of(plan_batch(longest_prefix{}, f.view(), f.tree)).size() == 2);
   // Deferred for a delay hit, it goes first next round.
   f.waiting[1].delay_hit_deferred = true;
   f.tree.abort(request_id{1});
-  CHECK(ids_of(s.schedule(f.view())).front() == request_id{2});
+  CHECK(ids_of(plan_batch(s, f.view(), f.tree)).front() == request_id{2});
 }
 
 TEST_CASE("strata puts hits before chunked prefills and trims loads the batch cannot hide", "[cpu][sched]")
@@ -512,7 +513,7 @@ TEST_CASE("strata puts hits before chunked prefills and trims loads the batch ca
     q.push_back(std::int32_t(q.size()));
     f.wait(q, std::int64_t(q.size()) * 32);
   }
-  auto const lp = longest_prefix{}.schedule(f.view());
+  auto const lp = plan_batch(longest_prefix{}, f.view(), f.tree);
   CHECK(ids_of(lp).front() == request_id{1});  // the chunk first, with the whole budget
   CHECK(lp.prefills.front().chunk_tokens == 8192);
   auto count_trimmed = [](batch_plan const& p) {
@@ -520,13 +521,13 @@ TEST_CASE("strata puts hits before chunked prefills and trims loads the batch ca
                          [](deferral const& d) { return d.reason == deferral_reason::balance; });
   };
   // By default no load is postponed: hits first, all of them, with the chunk.
-  auto const plain = strata_scheduler{}.schedule(f.view());
+  auto const plain = plan_batch(strata_scheduler{}, f.view(), f.tree);
   REQUIRE(plain.prefills.size() == 4);
   CHECK(plain.prefills.front().id != request_id{1});
   CHECK(count_trimmed(plain) == 0);
   // The chunk's compute hides the three loads (49 ms each): nothing to trim even when allowed.
   strata_options const trimming{.max_postponements = 2};
-  auto const st = strata_scheduler{trimming}.schedule(f.view());
+  auto const st = plan_batch(strata_scheduler{trimming}, f.view(), f.tree);
   CHECK(st.predicted_load_s <= st.predicted_compute_s);
   CHECK(st.prefills.size() == 4);
   CHECK(count_trimmed(st) == 0);
@@ -538,24 +539,24 @@ TEST_CASE("strata puts hits before chunked prefills and trims loads the batch ca
     q.push_back(std::int32_t(q.size()));
     hits_only.wait(q, std::int64_t(q.size()) * 32);
   }
-  auto const untrimmed = strata_scheduler{}.schedule(hits_only.view());
+  auto const untrimmed = plan_batch(strata_scheduler{}, hits_only.view(), hits_only.tree);
   CHECK(untrimmed.prefills.size() == 3);
   CHECK(untrimmed.predicted_load_s > untrimmed.predicted_compute_s);
-  auto const trimmed = strata_scheduler{trimming}.schedule(hits_only.view());
+  auto const trimmed = plan_batch(strata_scheduler{trimming}, hits_only.view(), hits_only.tree);
   CHECK(trimmed.prefills.size() == 1);
   CHECK(count_trimmed(trimmed) == 2);
   // A request passed over max_postponements times is not trimmed again.
   for (auto& w : hits_only.waiting) {
     w.deferrals = 2;
   }
-  CHECK(strata_scheduler{trimming}.schedule(hits_only.view()).prefills.size() == 3);
+  CHECK(plan_batch(strata_scheduler{trimming}, hits_only.view(), hits_only.tree).prefills.size() == 3);
   // On longest_prefix's order, balance off: the chunk first.
   auto const prefix_order = strata_order::longest_prefix;
-  CHECK(ids_of(strata_scheduler{{.order = prefix_order, .balance = false}}.schedule(f.view())).front() ==
+  CHECK(ids_of(plan_batch(strata_scheduler{{.order = prefix_order, .balance = false}}, f.view(), f.tree)).front() ==
         request_id{1});
   // No short share: the chunk goes first again, with the whole budget.
-  auto const trim_only =
-      strata_scheduler{{.order = prefix_order, .max_postponements = 2, .short_percent = 0}}.schedule(f.view());
+  auto const trim_only = plan_batch(
+      strata_scheduler{{.order = prefix_order, .max_postponements = 2, .short_percent = 0}}, f.view(), f.tree);
   REQUIRE(!trim_only.prefills.empty());
   CHECK(trim_only.prefills.front().id == request_id{1});
   CHECK(trim_only.prefills.front().chunk_tokens == 8192);
@@ -581,13 +582,13 @@ TEST_CASE("chunked prefills under way go before every request not yet started", 
   // Every order, with or without balance and deadlines (no short request waits: balance has no share).
   for (strata_options const so : {strata_options{}, strata_options{.deadline_slack = 0},
                                   strata_options{.balance = false}, strata_options{.deadline_slack = 1}}) {
-    started_first(strata_scheduler{so}.schedule(f.view()), 8192);
+    started_first(plan_batch(strata_scheduler{so}, f.view(), f.tree), 8192);
   }
   // The baselines (the toolkit's fill, as SGLang's prefill adder takes its chunked request first).
-  started_first(sjf{}.schedule(f.view()), 8192);
-  started_first(srpt{}.schedule(f.view()), 8192);
-  started_first(longest_prefix{}.schedule(f.view()), 8192);
-  started_first(fifo{}.schedule(f.view()), 8192);
+  started_first(plan_batch(sjf{}, f.view(), f.tree), 8192);
+  started_first(plan_batch(srpt{}, f.view(), f.tree), 8192);
+  started_first(plan_batch(longest_prefix{}, f.view(), f.tree), 8192);
+  started_first(plan_batch(fifo{}, f.view(), f.tree), 8192);
   // Two under way keep their relative order, both before the miss.
   fixture g;
   g.wait(pages(500000, 1750), 1750 * 32);
@@ -597,7 +598,7 @@ TEST_CASE("chunked prefills under way go before every request not yet started", 
   g.wait(pages(700000, 400), 400 * 32);
   g.waiting[2].started = true;
   g.waiting[2].prefilled_tokens = 400 * 32 - 100;
-  auto const two = strata_scheduler{{.balance = false}}.schedule(g.view());
+  auto const two = plan_batch(strata_scheduler{{.balance = false}}, g.view(), g.tree);
   REQUIRE(two.prefills.size() == 2);
   CHECK(two.prefills[0].id == request_id{3});  // its rest is shorter: the remaining-work order's
   CHECK(two.prefills[0].chunk_tokens == 100);
@@ -609,15 +610,15 @@ TEST_CASE("chunked prefills under way go before every request not yet started", 
   auto hit = doc;
   hit.push_back(7);
   f.wait(hit, 101 * 32);
-  auto const balanced = strata_scheduler{}.schedule(f.view());
+  auto const balanced = plan_batch(strata_scheduler{}, f.view(), f.tree);
   CHECK(ids_of(balanced) == std::vector<request_id>{request_id{3}, request_id{1}});
   CHECK(balanced.prefills[1].chunk_tokens == 8192 - 32);
-  started_first(strata_scheduler{{.balance = false}}.schedule(f.view()), 8192);
+  started_first(plan_batch(strata_scheduler{{.balance = false}}, f.view(), f.tree), 8192);
   // Many short requests: they take half the budget, the chunk the other half.
   for (int k = 0; k < 20; ++k) {
     f.wait(pages(800000 + 100 * k, 20), 20 * 32);
   }
-  auto const crowded = strata_scheduler{}.schedule(f.view());
+  auto const crowded = plan_batch(strata_scheduler{}, f.view(), f.tree);
   std::int64_t chunk = 0;
   for (auto const& it : crowded.prefills) {
     chunk += it.id == request_id{1} ? it.chunk_tokens : 0;
@@ -638,9 +639,10 @@ TEST_CASE("strata ranks by remaining work per request served, and serves request
   f.wait(hit, 101 * 32);        // 2: a hit: 32 tokens to compute
   f.wait(pages(200, 10), 325);  // 3: a short miss
   strata_scheduler const s{{.deadline_slack = 0}};
-  CHECK(ids_of(s.schedule(f.view())) == std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}});
+  CHECK(ids_of(plan_batch(s, f.view(), f.tree)) ==
+        std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}});
   // The budget goes in that order: with 400 tokens the long miss waits.
-  auto const tight = s.schedule(f.view(400));
+  auto const tight = plan_batch(s, f.view(400), f.tree);
   CHECK(ids_of(tight) == std::vector<request_id>{request_id{2}, request_id{3}, request_id{1}});
   CHECK(tight.prefills.back().chunk_tokens == 400 - 32 - 325);
 
@@ -661,7 +663,7 @@ TEST_CASE("strata ranks by remaining work per request served, and serves request
   for (std::size_t i = 0; i < g.waiting.size(); ++i) {
     (void)g.tree.mark_in_queue(g.waiting[i].id, g.token_store[i]);  // as the controller marks arrivals
   }
-  auto const p = strata_scheduler{{.deadline_slack = 0}}.schedule(v);
+  auto const p = plan_batch(strata_scheduler{{.deadline_slack = 0}}, v, g.tree);
   REQUIRE(!p.prefills.empty());
   CHECK(p.prefills.front().id == request_id{1});
   CHECK(std::count_if(p.deferred.begin(), p.deferred.end(),
@@ -672,12 +674,12 @@ TEST_CASE("strata ranks by remaining work per request served, and serves request
   fixture h;
   h.wait(pages(1, 200), 200 * 32);  // 6,400 tokens
   strata_scheduler const d{{.deadline_slack = 1}};
-  (void)d.schedule(h.view(1));  // first sight of 1: its deadline is its own work (1 token planned)
+  (void)plan_batch(d, h.view(1), h.tree);  // first sight of 1: its deadline is its own work (1 token planned)
   for (int k = 0; k < 40; ++k) {
     h.wait(pages(10000 + 100 * k, 10), 320);
   }
   auto order_of = [&](batch_plan const& plan) { return ids_of(plan); };
-  auto first = d.schedule(h.view(2048));  // short ones first: 1 is not overdue yet
+  auto first = plan_batch(d, h.view(2048), h.tree);  // short ones first: 1 is not overdue yet
   CHECK(order_of(first).front() != request_id{1});
   for (int round = 0; round < 60 && order_of(first).front() != request_id{1}; ++round) {
     std::vector<std::size_t> planned;  // the planned ones leave
@@ -689,7 +691,7 @@ TEST_CASE("strata ranks by remaining work per request served, and serves request
       h.waiting.erase(h.waiting.begin() + std::ptrdiff_t(i));
       h.token_store.erase(h.token_store.begin() + std::ptrdiff_t(i));
     }
-    first = d.schedule(h.view(2048));
+    first = plan_batch(d, h.view(2048), h.tree);
   }
   REQUIRE(order_of(first).front() == request_id{1});
   CHECK(first.prefills.front().chunk_tokens == 1024);  // half the budget while others wait
@@ -718,7 +720,7 @@ TEST_CASE("strategies count a use of the index only for the requests they plan",
       auto v = f.view(by_memory ? 8192 : 32);
       if (by_memory) { v.device_pages_available = 10; }  // room for request 1 only
       auto const before = f.tree.stats();
-      auto const plan = strategy.schedule(v);
+      auto const plan = plan_batch(strategy, v, f.tree);
       INFO(strategy.name << (by_memory ? ", memory" : ", budget"));
       REQUIRE(plan.prefills.size() == 1);
       REQUIRE(plan.deferred.size() == 1);
@@ -768,7 +770,7 @@ TEST_CASE("an item whose match disagrees with its probe leaves the plan", "[cpu]
     f.wait(q, std::int64_t(q.size()) * 32);
   }
   REQUIRE(f.tree.probe(f.token_store[1]).fastest_tokens[1] == 100 * 32);  // B is on the host
-  auto const plan = fifo{}.schedule(f.view());
+  auto const plan = plan_batch(fifo{}, f.view(), f.tree);
   CHECK(f.tree.probe(f.token_store[1]).tokens == 0);  // evicted by A's backup
   REQUIRE(plan.prefills.size() == 1);
   CHECK(plan.prefills[0].id == request_id{1});
@@ -778,7 +780,7 @@ TEST_CASE("an item whose match disagrees with its probe leaves the plan", "[cpu]
   CHECK(plan.predicted_load_s == 0);  // B's load left with it
   CHECK(plan.predicted_compute_s == Catch::Approx(f.c.prefill_s(32, 100 * 32)));
   // Next round it is sized afresh: a miss, computed in full.
-  auto const next = fifo{}.schedule(f.view());
+  auto const next = plan_batch(fifo{}, f.view(), f.tree);
   auto const again = std::find_if(next.prefills.begin(), next.prefills.end(),
                                   [](prefill_item const& it) { return it.id == request_id{2}; });
   REQUIRE(again != next.prefills.end());
@@ -793,7 +795,7 @@ TEST_CASE("strata fills a load-bound batch's stall with decode steps", "[cpu][sc
   auto q = doc;
   q.push_back(1);
   f.wait(q, 801 * 32);
-  auto const p = strata_scheduler{}.schedule(f.view(8192, 4));
+  auto const p = plan_batch(strata_scheduler{}, f.view(8192, 4), f.tree);
   REQUIRE(p.prefills.size() == 1);
   CHECK(p.predicted_load_s > p.predicted_compute_s);
   double const step = f.c.decode_s(4, 4 * 60000) * (1 + f.c.io().decode_slowdown);
@@ -804,13 +806,13 @@ TEST_CASE("strata fills a load-bound batch's stall with decode steps", "[cpu][sc
   CHECK(p.bubble_decode_steps > 0);
   // Without layer-wise overlap the whole load stalls: more steps fit.
   f.c = costs(h200::per_block_dma_io());
-  auto const serial = strata_scheduler{}.schedule(f.view(8192, 4));
+  auto const serial = plan_batch(strata_scheduler{}, f.view(8192, 4), f.tree);
   double const serial_step = f.c.decode_s(4, 4 * 60000) * (1 + f.c.io().decode_slowdown);
   CHECK(serial.bubble_decode_steps == std::min<std::int64_t>(40, std::int64_t(serial.predicted_load_s / serial_step)));
   CHECK(serial.bubble_decode_steps > p.bubble_decode_steps);
   f.c = costs();
-  CHECK(strata_scheduler{{.bubbles = false}}.schedule(f.view(8192, 4)).bubble_decode_steps == 0);
-  CHECK(strata_scheduler{}.schedule(f.view(8192, 0)).bubble_decode_steps == 0);  // nothing decoding
+  CHECK(plan_batch(strata_scheduler{{.bubbles = false}}, f.view(8192, 4), f.tree).bubble_decode_steps == 0);
+  CHECK(plan_batch(strata_scheduler{}, f.view(8192, 0), f.tree).bubble_decode_steps == 0);  // nothing decoding
 }
 
 TEST_CASE("strata rejects bad options", "[cpu][sched]")

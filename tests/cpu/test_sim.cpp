@@ -421,9 +421,11 @@ struct checked_strata {
   std::shared_ptr<std::int64_t> short_changed = std::make_shared<std::int64_t>(0);  // rounds that broke it
   std::shared_ptr<std::int64_t> rounds_with_started = std::make_shared<std::int64_t>(0);
   [[nodiscard]] bool uses_transient_nodes() const noexcept { return inner.uses_transient_nodes(); }
-  [[nodiscard]] batch_plan schedule(scheduler_view const& v) const
+  [[nodiscard]] batch_plan schedule(scheduler_view const& v) const { return inner.schedule(v); }
+  /// The checks see the plan as matched (what runs).
+  void finish_plan(scheduler_view const& v, batch_plan& p) const
   {
-    batch_plan p = inner.schedule(v);
+    inner.finish_plan(v, p);
     std::int64_t rest = 0, got = 0, beside = 0;  // beside: short prefills (balance's share)
     for (auto const& r : v.waiting) {
       rest += r.started ? r.prompt_tokens - r.prefilled_tokens : 0;
@@ -438,7 +440,6 @@ struct checked_strata {
     std::int64_t const due = std::min(rest, v.token_budget - std::min(beside, (v.token_budget + 1) / 2));
     *rounds_with_started += rest > 0;
     *short_changed += got < due;
-    return p;
   }
 };
 
@@ -609,6 +610,10 @@ struct invariant_checked {
     v.tree->check_invariants();
     ++*rounds;
     return inner.schedule(v);
+  }
+  void finish_plan(scheduler_view const& v, batch_plan& p)
+  {
+    if constexpr (plan_finishing_strategy<Strategy>) { inner.finish_plan(v, p); }
   }
 };
 

@@ -35,7 +35,7 @@ namespace strata::tools {
  *        `GB/s=` counter, or no read row matches; the model is then unchanged
  */
 inline std::pair<double, double> calibrate_file_tier(cost_model& model, std::string const& path,
-                                                   std::int64_t page_tokens)
+                                                     std::int64_t page_tokens)
 {
   std::ifstream in{path};
   STRATA_EXPECTS(in.good(), "calibrate_file_tier: cannot read ", path);
@@ -66,12 +66,11 @@ inline std::pair<double, double> calibrate_file_tier(cost_model& model, std::str
         parsed = false;
       }
     }
-    STRATA_EXPECTS(parsed, "calibrate_file_tier: ", path, ":", line_no,
-                   ": no positive GB/s= counter in '", line, "'");
+    STRATA_EXPECTS(parsed, "calibrate_file_tier: ", path, ":", line_no, ": no positive GB/s= counter in '", line, "'");
     (read ? reads : writes).push_back(gbps * 1e9);
   }
-  STRATA_EXPECTS(!reads.empty(), "calibrate_file_tier: no read runs of ",
-                 records.substr(1, records.size() - 2), " records in ", path);
+  STRATA_EXPECTS(!reads.empty(), "calibrate_file_tier: no read runs of ", records.substr(1, records.size() - 2),
+                 " records in ", path);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     std::size_t const n = v.size();
@@ -91,7 +90,7 @@ inline std::pair<double, double> calibrate_file_tier(cost_model& model, std::str
  *        load and backup rows match; the model is then unchanged
  */
 inline void calibrate_from_csv(cost_model& model, std::string const& path, std::string const& backend,
-                             std::int64_t kv_heads, std::int64_t page_tokens)
+                               std::int64_t kv_heads, std::int64_t page_tokens)
 {
   std::ifstream in{path};
   STRATA_EXPECTS(in.good(), "calibrate_from_csv: cannot read ", path);
@@ -107,8 +106,8 @@ inline void calibrate_from_csv(cost_model& model, std::string const& path, std::
     if (f.size() < 6 || f[5] != backend) { continue; }
     STRATA_EXPECTS(f.size() >= 7, "calibrate_from_csv: ", path, ":", line_no, ": a ", backend,
                    " row without a GBps cell");
-    STRATA_EXPECTS(f[4] == "load" || f[4] == "backup", "calibrate_from_csv: ", path, ":", line_no,
-                   ": direction '", f[4], "' is neither load nor backup");
+    STRATA_EXPECTS(f[4] == "load" || f[4] == "backup", "calibrate_from_csv: ", path, ":", line_no, ": direction '",
+                   f[4], "' is neither load nor backup");
     std::int64_t heads = 0, page = 0;
     double gbps = 0;
     bool parsed = true;
@@ -124,8 +123,8 @@ inline void calibrate_from_csv(cost_model& model, std::string const& path, std::
     double& best = f[4] == "load" ? load : backup;
     best = std::max(best, gbps * 1e9);
   }
-  STRATA_EXPECTS(load > 0 && backup > 0, "calibrate_from_csv: no load and backup rows for ", backend,
-                 ", ", kv_heads, " KV heads, ", page_tokens, "-token pages in ", path);
+  STRATA_EXPECTS(load > 0 && backup > 0, "calibrate_from_csv: no load and backup rows for ", backend, ", ", kv_heads,
+                 " KV heads, ", page_tokens, "-token pages in ", path);
   model.set_host_link(load, backup);
 }
 

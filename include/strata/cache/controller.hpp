@@ -303,7 +303,8 @@ class cache_controller {
     batch_plan plan;
     plan.round = ++round_;
     if (waiting_.empty()) { return plan; }
-    // Requests whose prefetch holds them back (wait_complete, timeout) are left out of the view.
+    // Requests whose prefetch holds them back (wait_complete, timeout) are left out of the view;
+    // the plan's positions are the view's (begin_loads finds its requests by id).
     std::vector<std::size_t> shown;
     std::vector<waiting_request> visible;
     bool const hiding = held_for_prefetch(shown);
@@ -314,7 +315,7 @@ class cache_controller {
       }
     }
     scheduler_view v;
-    v.waiting = hiding ? std::span<waiting_request>{visible} : std::span<waiting_request>{waiting_};
+    v.waiting = hiding ? std::span<waiting_request const>{visible} : std::span<waiting_request const>{waiting_};
     v.tree = &tree_;
     v.costs = &options_.costs;
     v.page_tokens = page_tokens();
@@ -323,22 +324,12 @@ class cache_controller {
     v.running_sequences = budget.running_sequences;
     v.running_context_tokens = budget.running_context_tokens;
     v.running_max_remaining = budget.running_max_remaining;
-    plan = scheduler_.schedule(v);
+    plan = plan_batch(scheduler_, v, tree_);
     plan.round = round_;
-    if (hiding) {  // positions in the view -> positions in the waiting list
-      for (std::size_t j = 0; j < shown.size(); ++j) {
-        waiting_[shown[j]] = visible[j];
-      }
-      for (auto& it : plan.prefills) {
-        it.index = shown[it.index];
-      }
-      for (auto& d : plan.deferred) {
-        d.index = shown[d.index];
-      }
-    }
     for (auto const& d : plan.deferred) {
-      ++waiting_[d.index].deferrals;
-      waiting_[d.index].delay_hit_deferred = d.reason == deferral_reason::delay_hit;
+      waiting_request& w = waiting_[hiding ? shown[d.index] : d.index];
+      ++w.deferrals;
+      w.delay_hit_deferred = d.reason == deferral_reason::delay_hit;
       ++stats_.deferrals[std::size_t(d.reason)];
     }
     return plan;

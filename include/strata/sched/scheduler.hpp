@@ -91,8 +91,11 @@ struct batch_plan {
  * @brief The state a strategy decides on. The engine (or the simulator) fills it each round.
  */
 struct scheduler_view {
-  std::span<waiting_request> waiting;       ///< in arrival order
-  hiradix_tree* tree = nullptr;             ///< the prefix index (strategies `probe`, and `match` the final plan)
+  std::span<waiting_request const> waiting;  ///< in arrival order
+  /// The prefix index, read-only: strategies `probe` it. The final plan is matched (a use of the
+  /// cache, and the splits that make `prefill_item::cached_node` end where each prefix ends) by
+  /// whoever owns the index, after the strategy: `plan_batch`.
+  hiradix_tree const* tree = nullptr;
   cost_model const* costs = nullptr;        ///< predictions
   std::int64_t page_tokens = 32;            ///< real tokens per page
   std::int64_t token_budget = 8192;         ///< most tokens computed per batch
@@ -103,15 +106,27 @@ struct scheduler_view {
 };
 
 /**
- * @brief A scheduling policy: `s.schedule(view)` returns the next batch plan; `S::name` names it;
- *        `s.uses_transient_nodes()` says whether the engine marks waiting requests' prefixes as
- *        transient in the index (needed for delay hits).
+ * @brief A scheduling policy: `s.schedule(view)` proposes the next batch plan from probes of the
+ *        index (it cannot change the index); `S::name` names it; `s.uses_transient_nodes()` says
+ *        whether the engine marks waiting requests' prefixes as transient in the index (needed for
+ *        delay hits). `plan_batch` (sched/toolkit.hpp) matches the proposal against the index.
  */
 template <class S>
 concept scheduler_strategy = requires(S& s, scheduler_view const& v) {
   { s.schedule(v) } -> std::same_as<batch_plan>;
   { S::name } -> std::convertible_to<char const*>;
   { s.uses_transient_nodes() } -> std::convertible_to<bool>;
+};
+
+/**
+ * @brief A strategy that completes its plan once it has been matched: `s.finish_plan(view, plan)`
+ *        sees the items that stayed (matching drops an item whose cached prefix changed while the
+ *        plan was formed) with their final predictions, e.g. to size decode steps for the batch's
+ *        I/O stall or to keep its own accounts of the work it planned.
+ */
+template <class S>
+concept plan_finishing_strategy = scheduler_strategy<S> && requires(S& s, scheduler_view const& v, batch_plan& p) {
+  { s.finish_plan(v, p) } -> std::same_as<void>;
 };
 
 }  // namespace strata

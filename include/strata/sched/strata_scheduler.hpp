@@ -271,7 +271,15 @@ class strata_scheduler {
       add_item(v, plan, it, budget, memory, loads);
     }
     if (options_.balance) { trim_loads(v, plan, loads); }
-    plan = match_plan(v, std::move(plan));
+    return plan;
+  }
+
+  /**
+   * @brief Once the plan is matched (`plan_batch`): counts the work it planned (the deadlines'
+   *        clock) and fills a load-bound batch's stall with decode steps (bubble filling).
+   */
+  void finish_plan(scheduler_view const& v, batch_plan& plan) const
+  {
     for (auto const& it : plan.prefills) {
       served_s_ += item_load_s(v, it) + item_compute_s(v, it);
     }
@@ -286,7 +294,6 @@ class strata_scheduler {
             static_cast<std::int64_t>(std::min(stall / step, static_cast<double>(v.running_max_remaining)));
       }
     }
-    return plan;
   }
 
  private:
@@ -402,6 +409,6 @@ class strata_scheduler {
   mutable double served_s_ = 0;  // predicted prefill work (load + compute) of every plan made: the deadlines' clock
   mutable std::unordered_map<std::uint64_t, double> deadlines_;  // request -> deadline (remaining_work order)
 };
-static_assert(scheduler_strategy<strata_scheduler>);
+static_assert(plan_finishing_strategy<strata_scheduler>);
 
 }  // namespace strata

@@ -2,20 +2,23 @@
 /**
  * @file sched/toolkit.hpp
  * @brief The pieces strategies build plans from: sizing a request's next chunk from a probe of the
- *        index, adding it to a plan under the budget and device memory, matching the final plan
- *        (the only place a strategy's decision counts as a use of the cache), and the in-order fill
- *        the baselines share. A user's own strategy needs nothing else.
+ *        index, adding it to a plan under the budget and device memory, and the in-order fill the
+ *        baselines share; and what runs a strategy against the index it reads (`plan_batch`:
+ *        propose, then match the final plan, the only place a decision counts as a use of the
+ *        cache). A user's own strategy needs nothing else.
  *
  * ```
- * batch_plan plan;
- * std::int64_t budget = v.token_budget, memory = v.device_pages_available;
- * std::array<std::int64_t, tier_count> loads{};
- * for (std::size_t i : my_order) {
- *   prefill_item it = size_item(v, i, budget);
- *   if (it.new_pages > memory) break;
- *   add_item(v, plan, it, budget, memory, loads);
+ * batch_plan schedule(scheduler_view const& v) {   // a strategy's proposal
+ *   batch_plan plan;
+ *   std::int64_t budget = v.token_budget, memory = v.device_pages_available;
+ *   std::array<std::int64_t, tier_count> loads{};
+ *   for (std::size_t i : my_order) {
+ *     prefill_item it = size_item(v, i, budget);
+ *     if (it.new_pages > memory) break;
+ *     add_item(v, plan, it, budget, memory, loads);
+ *   }
+ *   return plan;
  * }
- * return match_plan(v, std::move(plan));
  * ```
  */
 #pragma once
@@ -26,6 +29,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -163,8 +167,9 @@ inline void add_item(scheduler_view const& v, batch_plan& plan, prefill_item con
  * A match can change what a later item finds (a selective backup may evict host pages another item
  * was to load): an item whose match no longer agrees with its probe leaves the plan
  * (`deferral_reason::changed`) and is sized afresh next round; the predictions are recomputed.
+ * @param tree the index `v.tree` reads (the caller owns it: `plan_batch`, the cache controller)
  */
-inline batch_plan match_plan(scheduler_view const& v, batch_plan plan)
+inline batch_plan match_plan(hiradix_tree& tree, scheduler_view const& v, batch_plan plan)
 {
   std::vector<prefill_item> kept;
   std::array<std::int64_t, tier_count> loads{};
@@ -175,7 +180,7 @@ inline batch_plan match_plan(scheduler_view const& v, batch_plan plan)
       if (it.prefix_pages >= 0) {
         tokens = tokens.first(std::min(tokens.size(), std::size_t(it.prefix_pages * v.tree->config().page_tokens)));
       }
-      match_result const m = v.tree->match(tokens);
+      match_result const m = tree.match(tokens);
       if (cached_tokens_of(v, it.index, m) != it.cached_tokens || load_pages_of(v, m) != it.load_pages) {
         plan.deferred.push_back({it.index, it.id, deferral_reason::changed, {}});
         continue;
@@ -225,7 +230,29 @@ inline batch_plan fill_in_order(scheduler_view const& v, std::vector<std::size_t
     }
     add_item(v, plan, it, budget, memory, loads);
   }
-  return match_plan(v, std::move(plan));
+  return plan;
 }
+
+/**
+ * @brief Runs a strategy on the index it reads: its proposal (`s.schedule(v)`), matched against
+ *        `tree` (`match_plan`), then completed by the strategy where it does that
+ *        (`plan_finishing_strategy`). What the cache controller's `schedule` does; tests and tools
+ *        that drive a strategy on a bare index call it too.
+ * @param tree the index `v.tree` points to
+ * @throw strata::invalid_argument when `v.tree` is not `tree`
+ */
+template <scheduler_strategy S>
+batch_plan plan_batch(S& s, scheduler_view const& v, hiradix_tree& tree)
+{
+  STRATA_EXPECTS(v.tree == &tree, "plan_batch: the view reads another index than the one given to match the plan");
+  batch_plan plan = match_plan(tree, v, s.schedule(v));
+  if constexpr (plan_finishing_strategy<S>) { s.finish_plan(v, plan); }
+  return plan;
+}
+/// @brief `plan_batch` for a strategy given as a temporary (its state is discarded afterwards).
+template <scheduler_strategy S>
+batch_plan plan_batch(S&& s, scheduler_view const& v, hiradix_tree& tree)
+requires(!std::is_lvalue_reference_v<S>)
+{ return plan_batch(s, v, tree); }
 
 }  // namespace strata
