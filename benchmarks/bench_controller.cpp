@@ -45,8 +45,8 @@ struct fixture {
   {
     controller_options o;
     o.costs = c;
-    o.page_ids = true;
-    o.policy = write_policy::write_through;
+    o.ids_are_pages = true;
+    o.backup_policy = write_policy::write_through;
     return o;
   }
 

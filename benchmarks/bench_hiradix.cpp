@@ -88,7 +88,7 @@ struct fixture {
     c.page_tokens = page_tokens;
     c.page_bytes = 32 * 2 * 32 * 8 * 128 * 2 / 32 * 32;  // Llama-3.1-8B, 32-token pages: 4 MiB
     c.capacity = {device_capacity, 0, 0, 0};
-    c.policy = strata::write_policy::write_back;
+    c.backup_policy = strata::write_policy::write_back;
     tree = std::make_unique<strata::hiradix_tree>(c);
     for (int d = 0; d < documents; ++d) {
       docs.push_back(document(d, prompt_pages));
@@ -198,7 +198,7 @@ void evict_10k_pages(benchmark::State& state)
   strata::hiradix_config c;
   c.page_tokens = page_tokens;
   c.capacity = {std::int64_t{1} << 21, 0, 0, 0};
-  c.policy = strata::write_policy::write_through_selective;
+  c.backup_policy = strata::write_policy::write_through_selective;
   strata::hiradix_tree tree{c};
   std::int64_t next = 0, chats = 0;
   auto add_chats = [&](std::int64_t n) {

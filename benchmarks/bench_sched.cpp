@@ -25,7 +25,7 @@ struct fixture {
     h.page_tokens = 1;
     h.tokens_per_id = 32;
     h.capacity = {1 << 20, 1 << 20, 0, 0};
-    h.policy = write_policy::write_back;
+    h.backup_policy = write_policy::write_back;
     h.delay_hit_tokens = 64;
     return h;
   }()};

@@ -11,6 +11,8 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
+#include "text.hpp"
+
 #include <strata/layout/engine.hpp>
 #include <strata/layout/layer_first.hpp>
 #include <strata/layout/page_first.hpp>
@@ -51,10 +53,10 @@ inline std::string device_name(int type, int id)
 
 template <class... Args>
 [[noreturn]] void raise_value(Args const&... args)
-{ throw nb::value_error(detail::concat(args...).c_str()); }
+{ throw nb::value_error(text(args...).c_str()); }
 template <class... Args>
 [[noreturn]] void raise_type(Args const&... args)
-{ throw nb::type_error(detail::concat(args...).c_str()); }
+{ throw nb::type_error(text(args...).c_str()); }
 
 inline std::string shape_of(nb::ndarray<> const& a)
 {
@@ -162,7 +164,7 @@ inline std::vector<nb::ndarray<>> to_arrays(nb::handle seq, std::string const& w
   std::vector<nb::ndarray<>> out;
   std::size_t i = 0;
   for (nb::handle item : nb::borrow<nb::sequence>(seq)) {
-    out.push_back(to_array(item, detail::concat(what, " array ", i++)));
+    out.push_back(to_array(item, text(what, " array ", i++)));
   }
   if (out.empty()) { raise_value(what, ": no arrays"); }
   return out;

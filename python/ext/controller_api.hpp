@@ -4,8 +4,8 @@
  * @brief One non-template face for every `cache_controller` instantiation the Python module offers.
  *
  * The binding (g++, nanobind) and the CUDA part (nvcc, no nanobind) meet here: both see only this
- * header and host-only strata headers. Each instantiation (`host_policies<layer_first_table>`,
- * `gpu_policies<layer_first_table, file_store&>`, ...) is wrapped by `controller_impl<C>`
+ * header and host-only strata headers. Each instantiation (`cpu_policies<layer_first_table>`,
+ * `gpu_policies<layer_first_table, strata_scheduler, file_store&>`, ...) is wrapped by `controller_impl<C>`
  * (`controller_impl.hpp`); the GPU ones are built in `gpu.cu`, so nanobind never goes through nvcc.
  * Streams cross as integers (a `cudaStream_t`'s value; 0 is the legacy default stream), executor
  * handles as type-erased pointers owned by the returned records.

@@ -4,7 +4,7 @@
  * @brief `controller_impl<Controller, Hooks>`: a `cache_controller` behind `controller_api`.
  *
  * `Hooks` supplies what depends on the executor: turning an integer into a stream, waiting per
- * layer, the executor's extras. `host_hooks` (below) serves `host_executor`; `gpu.cu` has the
+ * layer, the executor's extras. `host_hooks` (below) serves `cpu_executor`; `gpu.cu` has the
  * GPU's.
  */
 #pragma once
@@ -128,16 +128,16 @@ class controller_impl final : public controller_api {
   Controller c_;
 };
 
-/// @brief Hooks of `host_executor`: no streams, copies done when `submit` returns.
+/// @brief Hooks of `cpu_executor`: no streams, copies done when `submit` returns.
 struct host_hooks {
   static constexpr char const* name = "host";
-  static host_executor::stream_type to_stream(std::uintptr_t stream)
+  static cpu_executor::stream_type to_stream(std::uintptr_t stream)
   {
     STRATA_EXPECTS(stream == 0, "the host executor takes no stream (got ", stream, ")");
     return {};
   }
   template <class LoadHandle>
-  static bool wait_layer(host_executor const& e, LoadHandle const& h, std::int64_t, std::uintptr_t stream)
+  static bool wait_layer(cpu_executor const& e, LoadHandle const& h, std::int64_t, std::uintptr_t stream)
   {
     (void)to_stream(stream);
     if (h.transfer && e.status(*h.transfer) == copy_status::failed) { return false; }
@@ -149,9 +149,9 @@ struct host_hooks {
   template <class Result>
   static void wait_after(Result const&, std::uintptr_t stream)
   { (void)to_stream(stream); }
-  static void set_activity(host_executor&, int, double) {}
-  static void synchronize(host_executor&) {}
-  static executor_stats stats(host_executor const&) { return {}; }
+  static void set_activity(cpu_executor&, int, double) {}
+  static void synchronize(cpu_executor&) {}
+  static executor_stats stats(cpu_executor const&) { return {}; }
 };
 
 }  // namespace strata::python

@@ -76,7 +76,7 @@ void register_exceptions(nb::module_& m)
 
 // --- geometry -----------------------------------------------------------------------------------
 
-std::string repr(kv_geometry const& g) { return "kv_geometry" + detail::concat(g); }
+std::string repr(kv_geometry const& g) { return "kv_geometry" + text(g); }
 
 void bind_geometry(nb::module_& m)
 {
@@ -118,7 +118,7 @@ void bind_geometry(nb::module_& m)
       .def_ro("planes", &model_shape::planes)
       .def("geometry", &model_shape::geometry, "page_tokens"_a, "elem_bytes"_a = 2, "tensor_parallel"_a = 1,
            "The geometry of one tensor-parallel rank's cache.")
-      .def("__repr__", [](model_shape const& s) { return detail::concat("model_shape(", s.name, ")"); });
+      .def("__repr__", [](model_shape const& s) { return text("model_shape(", s.name, ")"); });
 
   m.def(
       "_model_shapes",
@@ -150,11 +150,11 @@ void bind_vocabulary(nb::module_& m)
       .value("none", transient_state::none)
       .value("in_queue", transient_state::in_queue)
       .value("in_flight", transient_state::in_flight);
-  nb::enum_<prefetch_policy>(m, "prefetch_policy")
-      .value("off", prefetch_policy::off)
-      .value("best_effort", prefetch_policy::best_effort)
-      .value("wait_complete", prefetch_policy::wait_complete)
-      .value("timeout", prefetch_policy::timeout);
+  nb::enum_<prefetch_mode>(m, "prefetch_mode")
+      .value("off", prefetch_mode::off)
+      .value("best_effort", prefetch_mode::best_effort)
+      .value("wait_complete", prefetch_mode::wait_complete)
+      .value("timeout", prefetch_mode::timeout);
   nb::enum_<deferral_reason>(m, "deferral_reason")
       .value("delay_hit", deferral_reason::delay_hit)
       .value("balance", deferral_reason::balance)
@@ -170,7 +170,7 @@ void bind_vocabulary(nb::module_& m)
       .def_ro("generation", &node_ref::generation)
       .def("__eq__", [](node_ref a, node_ref b) { return a == b; })
       .def("__hash__", [](node_ref r) { return nb::hash(nb::make_tuple(r.index, r.generation)); })
-      .def("__repr__", [](node_ref r) { return detail::concat("node_ref(", r.index, ", ", r.generation, ")"); });
+      .def("__repr__", [](node_ref r) { return text("node_ref(", r.index, ", ", r.generation, ")"); });
 
   nb::class_<copy_order>(m, "copy_order", "A copy the index asks for; run it, then complete(id) or cancel(id).")
       .def_ro("id", &copy_order::id)
@@ -185,8 +185,8 @@ void bind_vocabulary(nb::module_& m)
       .def_ro("ids", &copy_order::ids)
       .def_ro("ids_per_page", &copy_order::ids_per_page)
       .def("__repr__", [](copy_order const& o) {
-        return detail::concat("copy_order(id=", o.id, ", ", to_string(o.from), " -> ", to_string(o.to), ", ",
-                              o.from_pages.size(), " pages", o.demotion ? ", demotion" : "", ")");
+        return text("copy_order(id=", o.id, ", ", to_string(o.from), " -> ", to_string(o.to), ", ", o.from_pages.size(),
+                    " pages", o.demotion ? ", demotion" : "", ")");
       });
 }
 
@@ -234,8 +234,8 @@ py_layout<layer_first_table> table_layout(std::vector<nb::ndarray<>> arrays, kv_
   std::vector<array_place> places;
   std::vector<std::byte*> table;
   for (std::size_t i = 0; i < arrays.size(); ++i) {
-    std::string const name = detail::concat(what, " array ", i, " (layer ", i / std::size_t(g.planes), ", plane ",
-                                            i % std::size_t(g.planes), ")");
+    std::string const name =
+        text(what, " array ", i, " (layer ", i / std::size_t(g.planes), ", plane ", i % std::size_t(g.planes), ")");
     places.push_back(check_array(arrays[i], name, g, {}, n * g.block_bytes()));
     table.push_back(places.back().data);
   }
@@ -274,8 +274,8 @@ void layout_common(nb::class_<P>& c)
             auto const& g = p.value.geometry();
             if (page < 0 || page >= p.value.num_pages() || layer < 0 || layer >= g.layers || plane < 0 ||
                 plane >= g.planes) {
-              throw nb::index_error(detail::concat("block(", page, ", ", layer, ", ", plane, ") outside (",
-                                                   p.value.num_pages(), ", ", g.layers, ", ", g.planes, ")")
+              throw nb::index_error(text("block(", page, ", ", layer, ", ", plane, ") outside (", p.value.num_pages(),
+                                         ", ", g.layers, ", ", g.planes, ")")
                                         .c_str());
             }
             block_ref const b = p.value.block(page, layer, plane);
@@ -284,8 +284,7 @@ void layout_common(nb::class_<P>& c)
           "page"_a, "layer"_a, "plane"_a,
           "(address, token_stride, head_stride) of the block's head row (0, 0), strides in bytes.")
       .def("__repr__", [](P const& p) {
-        return detail::concat(L::name, "(", p.value.num_pages(), " pages, ", repr(p.value.geometry()), ", ", p.device(),
-                              ")");
+        return text(L::name, "(", p.value.num_pages(), " pages, ", repr(p.value.geometry()), ", ", p.device(), ")");
       });
 }
 
@@ -362,7 +361,7 @@ void bind_layouts(nb::module_& m)
         std::vector<array_place> places;
         std::vector<std::byte*> table;
         for (std::size_t i = 0; i < arrays.size(); ++i) {
-          places.push_back(check_array(arrays[i], detail::concat("vllm_layout array ", i), g,
+          places.push_back(check_array(arrays[i], text("vllm_layout array ", i), g,
                                        {g.planes, n, g.page_tokens, g.kv_heads, g.head_dim}, -1));
           table.push_back(places.back().data);
         }
@@ -392,13 +391,11 @@ void bind_layouts(nb::module_& m)
         std::vector<array_place> places;
         std::vector<std::byte*> kp, vp;
         for (std::size_t l = 0; l < k.size(); ++l) {
-          places.push_back(
-              check_array(k[l], detail::concat("hf_layout K ", l), g, {batch, g.kv_heads, cap, g.head_dim}, -1));
+          places.push_back(check_array(k[l], text("hf_layout K ", l), g, {batch, g.kv_heads, cap, g.head_dim}, -1));
           kp.push_back(places.back().data);
         }
         for (std::size_t l = 0; l < v.size(); ++l) {
-          places.push_back(
-              check_array(v[l], detail::concat("hf_layout V ", l), g, {batch, g.kv_heads, cap, g.head_dim}, -1));
+          places.push_back(check_array(v[l], text("hf_layout V ", l), g, {batch, g.kv_heads, cap, g.head_dim}, -1));
           vp.push_back(places.back().data);
         }
         check_same(places, "hf_layout");
@@ -519,8 +516,8 @@ void bind_index(nb::module_& m)
       .def_rw("tokens_per_id", &hiradix_config::tokens_per_id)
       .def_rw("page_bytes", &hiradix_config::page_bytes)
       .def_rw("capacity", &hiradix_config::capacity, "Pages per tier [device, host, file, remote] (0: absent).")
-      .def_rw("policy", &hiradix_config::policy)
-      .def_rw("file_policy", &hiradix_config::file_policy)
+      .def_rw("backup_policy", &hiradix_config::backup_policy)
+      .def_rw("file_backup_policy", &hiradix_config::file_backup_policy)
       .def_rw("selective_hits", &hiradix_config::selective_hits)
       .def_rw("delay_hit_tokens", &hiradix_config::delay_hit_tokens);
 
@@ -535,8 +532,8 @@ void bind_index(nb::module_& m)
       .def_prop_ro("transient_owner", [](match_result const& r) { return r.transient_owner.value; })
       .def_ro("delay_hit", &match_result::delay_hit)
       .def("__repr__", [](match_result const& r) {
-        return detail::concat("match_result(tokens=", r.tokens, ", device_prefix_tokens=", r.device_prefix_tokens,
-                              ", transient_tokens=", r.transient_tokens, ", delay_hit=", r.delay_hit, ")");
+        return text("match_result(tokens=", r.tokens, ", device_prefix_tokens=", r.device_prefix_tokens,
+                    ", transient_tokens=", r.transient_tokens, ", delay_hit=", r.delay_hit, ")");
       });
   nb::class_<insert_result>(m, "insert_result")
       .def_ro("new_pages", &insert_result::new_pages)
@@ -709,7 +706,7 @@ template <kv_layout Layout>
 struct host_file_policies {
   using tiers = tier_stack<device_pool<Layout>, host_pool, file_store&>;
   using scheduler = strata_scheduler;
-  using executor = host_executor;
+  using executor = cpu_executor;
 };
 
 template <class Layout>
@@ -717,7 +714,7 @@ std::unique_ptr<controller_api> make_host(py_layout<Layout> const& layout, std::
                                           controller_options const& o, file_store* file)
 {
   if (!layout.cpu()) {
-    raise_value("host_controller: the host executor copies with memcpy: the layout must be in CPU memory, it is on ",
+    raise_value("cpu_controller: the CPU executor copies with memcpy: the layout must be in CPU memory, it is on ",
                 layout.device(), " (use gpu_controller for CUDA tensors)");
   }
   kv_geometry const g = layout.value.geometry();
@@ -725,16 +722,16 @@ std::unique_ptr<controller_api> make_host(py_layout<Layout> const& layout, std::
     using C = cache_controller<host_file_policies<Layout>>;
     return std::make_unique<controller_impl<C, host_hooks>>(
         typename C::tiers_type{device_pool<Layout>{layout.value}, host_pool{g, host_pages}, *file}, o,
-        strata_scheduler{}, host_executor{});
+        strata_scheduler{}, cpu_executor{});
   }
-  using C = cache_controller<host_policies<Layout>>;
+  using C = cache_controller<cpu_policies<Layout>>;
   return std::make_unique<controller_impl<C, host_hooks>>(
       typename C::tiers_type{device_pool<Layout>{layout.value}, host_pool{g, host_pages}}, o, strata_scheduler{},
-      host_executor{});
+      cpu_executor{});
 }
 
-py_controller* host_controller(nb::object layout, std::int64_t host_pages, std::optional<controller_options> options,
-                               nb::object file)
+py_controller* cpu_controller(nb::object layout, std::int64_t host_pages, std::optional<controller_options> options,
+                              nb::object file)
 {
   controller_options const o = options.value_or(controller_options{});
   file_store* fs = file.is_none() ? nullptr : &nb::cast<file_store&>(file);
@@ -744,13 +741,13 @@ py_controller* host_controller(nb::object layout, std::int64_t host_pages, std::
     nb::gil_scoped_release unlocked;
     c = make_host(l, host_pages, o, fs);
   } else if (nb::isinstance<lf>(layout)) {
-    if (fs != nullptr) { raise_value("host_controller: a file tier needs a layer_first_table pool"); }
+    if (fs != nullptr) { raise_value("cpu_controller: a file tier needs a layer_first_table pool"); }
     auto const& l = nb::cast<lf const&>(layout);
     nb::gil_scoped_release unlocked;
     c = make_host(l, host_pages, o, fs);
   } else {
     raise_type(
-        "host_controller: the engine's pool must be a layer_first_table (sglang_layout, mla_layout) or a "
+        "cpu_controller: the engine's pool must be a layer_first_table (sglang_layout, mla_layout) or a "
         "layer_first, got ",
         nb::type_name(layout.type()).c_str());
   }
@@ -865,13 +862,14 @@ void bind_controller(nb::module_& m)
 {
   nb::class_<controller_options>(m, "controller_options", "Settings of a cache controller.")
       .def(nb::init<>())
-      .def_rw("policy", &controller_options::policy, "When device pages are backed up to the host.")
-      .def_rw("file_policy", &controller_options::file_policy, "When host pages are copied to the file tier.")
+      .def_rw("backup_policy", &controller_options::backup_policy, "When device pages are backed up to the host.")
+      .def_rw("file_backup_policy", &controller_options::file_backup_policy,
+              "When host pages are copied to the file tier.")
       .def_rw("prefetch", &controller_options::prefetch)
       .def_rw("prefetch_timeout_s", &controller_options::prefetch_timeout_s)
       .def_rw("selective_hits", &controller_options::selective_hits)
       .def_rw("delay_hit_tokens", &controller_options::delay_hit_tokens)
-      .def_rw("page_ids", &controller_options::page_ids)
+      .def_rw("ids_are_pages", &controller_options::ids_are_pages)
       .def(
           "set_file_tier",
           [](controller_options& o, kv_geometry const& g, double read_bytes_per_s, double write_bytes_per_s) {
@@ -916,9 +914,9 @@ void bind_controller(nb::module_& m)
       .def_ro("last_chunk", &prefill_item::last_chunk)
       .def_ro("cached_node", &prefill_item::cached_node)
       .def("__repr__", [](prefill_item const& p) {
-        return detail::concat("prefill_item(id=", p.id.value, ", context_tokens=", p.context_tokens,
-                              ", chunk_tokens=", p.chunk_tokens, ", cached_tokens=", p.cached_tokens,
-                              p.first_chunk ? ", first" : "", p.last_chunk ? ", last" : "", ")");
+        return text("prefill_item(id=", p.id.value, ", context_tokens=", p.context_tokens,
+                    ", chunk_tokens=", p.chunk_tokens, ", cached_tokens=", p.cached_tokens,
+                    p.first_chunk ? ", first" : "", p.last_chunk ? ", last" : "", ")");
       });
   nb::class_<deferral>(m, "deferral")
       .def_ro("index", &deferral::index)
@@ -971,7 +969,7 @@ void bind_controller(nb::module_& m)
   using P = py_controller;
   using release_gil = nb::call_guard<nb::gil_scoped_release>;
   nb::class_<P>(m, "cache_controller",
-                "The cache controller (made by host_controller or gpu_controller). Streams are integers "
+                "The cache controller (made by cpu_controller or gpu_controller). Streams are integers "
                 "(torch.cuda.current_stream().cuda_stream; 0 is the legacy default stream, and the only "
                 "value the host executor takes). Blocking calls release the GIL.")
       .def(
@@ -1057,9 +1055,9 @@ void bind_controller(nb::module_& m)
           "synchronize", [](P& p) { p.get().synchronize(); }, release_gil())
       .def("executor_stats", [](P const& p) { return p.get().stats_of_executor(); });
 
-  m.def("host_controller", &host_controller, "layout"_a, "host_pages"_a, "options"_a = nb::none(),
+  m.def("cpu_controller", &cpu_controller, "layout"_a, "host_pages"_a, "options"_a = nb::none(),
         "file_store"_a = nb::none(), nb::rv_policy::take_ownership,
-        "cache_controller<host_policies<Layout>> over a CPU pool (layer_first_table or layer_first); with a "
+        "cache_controller<cpu_policies<Layout>> over a CPU pool (layer_first_table or layer_first); with a "
         "file_store, tiers device, host, file.");
 
 #if STRATA_PYTHON_CUDA
@@ -1108,8 +1106,7 @@ NB_MODULE(_strata, m)
 {
   using namespace strata::python;
   m.doc() = "strata: hierarchical KV caching for LLM serving (C++ core, nanobind binding)";
-  m.attr("__version__") =
-      strata::detail::concat(STRATA_VERSION_MAJOR, ".", STRATA_VERSION_MINOR, ".", STRATA_VERSION_PATCH);
+  m.attr("__version__") = text(STRATA_VERSION_MAJOR, ".", STRATA_VERSION_MINOR, ".", STRATA_VERSION_PATCH);
   register_exceptions(m);
   bind_geometry(m);
   bind_vocabulary(m);

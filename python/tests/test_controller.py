@@ -21,7 +21,7 @@ class engine:
     def __init__(self, g, device_pages, host_pages, options=None, file_store=None):
         self.g = g
         self.k, self.v, self.pool = sglang_pool(g, device_pages)
-        self.cache = strata.host_controller(self.pool, host_pages, options=options, file_store=file_store)
+        self.cache = strata.cpu_controller(self.pool, host_pages, options=options, file_store=file_store)
         self.checked = 0
 
     def compute(self, tokens, p, page):
@@ -97,12 +97,12 @@ def test_evict_then_load_back_is_exact(geo):
 
 def test_options_and_state(geo):
     o = strata.controller_options()
-    o.policy = strata.write_policy.write_back
-    o.prefetch = strata.prefetch_policy.off
+    o.backup_policy = strata.write_policy.write_back
+    o.prefetch = strata.prefetch_mode.off
     o.delay_hit_tokens = 32
     e = engine(geo, 8, 8, options=o)
     c = e.cache
-    assert c.options.policy == strata.write_policy.write_back
+    assert c.options.backup_policy == strata.write_policy.write_back
     assert c.tiers == [strata.tier.device, strata.tier.host]
     assert c.capacity(strata.tier.host) == 8 and c.page_tokens == 16
     assert c.executor == "host" and c.geometry == geo
@@ -143,16 +143,16 @@ def test_rejections_change_nothing(geo):
     with pytest.raises(ValueError, match="another controller"):
         c.complete(loads)
     with pytest.raises(TypeError, match="layer_first_table"):
-        strata.host_controller(strata.page_first(np.zeros(geo.page_bytes() // 2, np.float16).reshape(-1, 16), geo), 4)
+        strata.cpu_controller(strata.page_first(np.zeros(geo.page_bytes() // 2, np.float16).reshape(-1, 16), geo), 4)
     with pytest.raises(ValueError, match="host_pages|num_pages|capacity"):
-        strata.host_controller(e.pool, -1)
+        strata.cpu_controller(e.pool, -1)
     c.check_invariants()
     assert c.live_requests() == 1 and c.waiting() == 1
 
 
 def test_layer_first_pool(geo):
     mem = np.zeros((2, 2, 8, 16, 2, 16), np.float16)
-    c = strata.host_controller(strata.layer_first(mem, geo), 8)
+    c = strata.cpu_controller(strata.layer_first(mem, geo), 8)
     c.submit(1, list(range(33)))
     loads = c.begin_loads(c.schedule())
     assert [it.id for it in loads.ran] == [1]
@@ -168,7 +168,7 @@ def test_file_tier(geo, tmp_path):
     opts.use_io_uring = False
     fs = strata.file_store(geo, 32, opts)
     o = strata.controller_options()
-    o.file_policy = strata.write_policy.write_through
+    o.file_backup_policy = strata.write_policy.write_through
     e = engine(geo, device_pages=8, host_pages=8, options=o, file_store=fs)
     assert e.cache.tiers == [strata.tier.device, strata.tier.host, strata.tier.file]
     doc = list(range(500, 564))  # 4 pages
@@ -193,7 +193,7 @@ def test_file_store_restart(geo, tmp_path):
     opts.use_direct_io = False
     opts.use_io_uring = False
     o = strata.controller_options()
-    o.file_policy = strata.write_policy.write_through
+    o.file_backup_policy = strata.write_policy.write_through
     doc = list(range(700, 764))
     fs = strata.file_store(geo, 16, opts)
     e = engine(geo, 8, 8, options=o, file_store=fs)
@@ -212,7 +212,7 @@ def test_file_store_restart(geo, tmp_path):
 
 def test_controller_keeps_layout_and_file_store_alive(geo, tmp_path):
     k, v, pool = sglang_pool(geo, 8)
-    c = strata.host_controller(pool, 8)
+    c = strata.cpu_controller(pool, 8)
     del k, v, pool
     import gc
 
@@ -259,9 +259,9 @@ def test_file_tier_costs(geo):
         o.set_file_tier(geo, 0.0, 1e9)
     assert o.file_read_bytes_per_s == 12e9  # unchanged
     k, v, pool = sglang_pool(geo, 8)
-    c = strata.host_controller(pool, 8, options=o)
+    c = strata.cpu_controller(pool, 8, options=o)
     assert c.options.file_read_bytes_per_s == 12e9
     other = strata.controller_options()
     other.set_file_tier(strata.kv_geometry(geo.layers, 32, geo.kv_heads, geo.head_dim, geo.elem_bytes, 2), 1e9, 1e9)
     with pytest.raises(ValueError, match="tokens"):
-        strata.host_controller(pool, 8, options=other)  # a cost model for another page size
+        strata.cpu_controller(pool, 8, options=other)  # a cost model for another page size

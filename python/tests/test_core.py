@@ -19,7 +19,7 @@ def test_stubs_are_installed_and_name_the_api():
     stub = pathlib.Path(strata._strata.__file__).with_name("_strata.pyi")
     assert stub.exists(), "the build generates _strata.pyi with nanobind's stubgen"
     text = stub.read_text()
-    for name in ("class kv_geometry", "class hiradix_tree", "class cache_controller", "def host_controller",
+    for name in ("class kv_geometry", "class hiradix_tree", "class cache_controller", "def cpu_controller",
                  "def host_copy", "class layer_first_table", "def submit"):
         assert name in text, name
     assert (stub.parent / "py.typed").exists()

@@ -10,7 +10,7 @@ def tree(device=16, host=32, policy=strata.write_policy.write_back):
     c = strata.hiradix_config()
     c.page_tokens = 4
     c.capacity = [device, host, 0, 0]
-    c.policy = policy
+    c.backup_policy = policy
     return strata.hiradix_tree(c)
 
 

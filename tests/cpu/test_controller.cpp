@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// cache_controller on the CPU: the engine loop with host_executor, KV bytes checked against a
+// cache_controller on the CPU: the engine loop with cpu_executor, KV bytes checked against a
 // content function the controller never sees (every page's bytes derive from the tokens of its
 // prefix), random operation sequences with invariants after every step, bad input at every call,
 // and concurrent polling.
@@ -33,7 +33,7 @@ using namespace strata;
 namespace {
 
 using tokens_t = std::vector<std::int32_t>;
-using policies = host_policies<layer_first>;
+using policies = cpu_policies<layer_first>;
 using controller = cache_controller<policies>;
 
 /**
@@ -57,7 +57,7 @@ class deferred_executor {
   {
     auto j = std::make_shared<job>();
     j->run = [&tiers, own = std::vector<copy_order>(orders.begin(), orders.end()), kind] {
-      host_executor e;
+      cpu_executor e;
       return e.status(e.submit(tiers, std::span<copy_order const>{own}, kind)) == copy_status::done;
     };
     pending_.push_back(j);
@@ -140,7 +140,7 @@ static_assert(record_store<memory_file_store>);
 struct file_policies {
   using tiers = tier_stack<device_pool<layer_first>, host_pool, memory_file_store>;
   using scheduler = strata_scheduler;
-  using executor = host_executor;
+  using executor = cpu_executor;
 };
 
 /// Whether the third tier of `Tiers` is a `T`.
@@ -161,7 +161,7 @@ std::string loop_disk_directory;
 struct disk_loop_policies {
   using tiers = tier_stack<device_pool<layer_first>, host_pool, file_store&>;
   using scheduler = strata_scheduler;
-  using executor = host_executor;
+  using executor = cpu_executor;
 };
 
 template <kv_layout Layout>
@@ -284,10 +284,10 @@ struct engine_run {
   static controller_options options(write_policy p, std::uint64_t seed)
   {
     controller_options o;
-    o.policy = p;
-    o.file_policy = p;  // host -> file copies under each policy too
+    o.backup_policy = p;
+    o.file_backup_policy = p;  // host -> file copies under each policy too
     // Every prefetch policy (the timeout one on the real clock: 0 or 1 ms).
-    o.prefetch = prefetch_policy(seed / 3 % 4);
+    o.prefetch = prefetch_mode(seed / 3 % 4);
     o.prefetch_timeout_s = double(seed % 2) * 1e-3;
     // Half the sequences load file hits, half recompute them (the plan stops the prefix above the
     // file tier): both paths serve the right KV.
@@ -343,7 +343,7 @@ struct engine_run {
       if constexpr (deferred) { cache.executor().land(*h.transfer, rng, 12); }
       {
         if (cache.executor().status(*h.transfer) == copy_status::failed) {
-          if constexpr (std::is_same_v<typename Policies::executor, host_executor>) { CHECK_FALSE(wait_layer(h, 0)); }
+          if constexpr (std::is_same_v<typename Policies::executor, cpu_executor>) { CHECK_FALSE(wait_layer(h, 0)); }
           CHECK(cache.complete(h));  // a clean miss: every started request waits again
           for (auto const& s : h.started) {
             live.at(s.id.value).prefilled = false;
@@ -708,14 +708,14 @@ TEST_CASE("controller: a prefix demoted to the NVMe file store comes back bit-ex
     struct disk_policies {
       using tiers = tier_stack<device_pool<layer_first>, host_pool, file_store&>;
       using scheduler = strata_scheduler;
-      using executor = host_executor;
+      using executor = cpu_executor;
     };
     using disk_controller = cache_controller<disk_policies>;
     engine_memory mem{32};
     layer_first const pool = mem.layout(32);
     controller_options opts;
-    opts.policy = write_policy::write_through;
-    opts.prefetch = prefetch_policy::off;  // the load itself reads the files (prefetch: its own test)
+    opts.backup_policy = write_policy::write_through;
+    opts.prefetch = prefetch_mode::off;  // the load itself reads the files (prefetch: its own test)
     opts.costs = reading_pays();
     disk_controller cache{disk_controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, disk}, opts};
     tokens_t doc(std::size_t(geo.page_tokens * 6));
@@ -766,7 +766,7 @@ namespace {
 struct disk_policies {
   using tiers = tier_stack<device_pool<layer_first>, host_pool, file_store&>;
   using scheduler = strata_scheduler;
-  using executor = host_executor;
+  using executor = cpu_executor;
 };
 
 /// Tokens of `pages` whole pages from `first` on, then `tail` extra tokens.
@@ -855,9 +855,9 @@ TEST_CASE(
   layer_first const pool = mem.layout(32);
   controller_options opts;
   opts.costs = reading_pays();
-  opts.policy = write_policy::write_through;
-  opts.file_policy = write_policy::write_through;  // what the host holds is on disk too
-  opts.prefetch = prefetch_policy::off;            // loads come straight from the file tier
+  opts.backup_policy = write_policy::write_through;
+  opts.file_backup_policy = write_policy::write_through;  // what the host holds is on disk too
+  opts.prefetch = prefetch_mode::off;                     // loads come straight from the file tier
   auto make = [&](file_store& disk) {
     return std::make_unique<disk_controller>(
         disk_controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 16}, disk}, opts);
@@ -931,8 +931,8 @@ TEST_CASE(
 TEST_CASE("controller: prefetch moves a waiting request's prefix from the file tier to the host, per policy",
           "[cpu][controller][file]")
 {
-  for (prefetch_policy policy :
-       {prefetch_policy::off, prefetch_policy::best_effort, prefetch_policy::wait_complete, prefetch_policy::timeout}) {
+  for (prefetch_mode policy :
+       {prefetch_mode::off, prefetch_mode::best_effort, prefetch_mode::wait_complete, prefetch_mode::timeout}) {
     INFO("policy " << int(policy));
     using cache_t = cache_controller<deferred_file_policies>;
     engine_memory mem{32};
@@ -940,7 +940,7 @@ TEST_CASE("controller: prefetch moves a waiting request's prefix from the file t
     double clock = 0;
     controller_options opts;
     opts.costs = reading_pays();
-    opts.policy = write_policy::write_through;
+    opts.backup_policy = write_policy::write_through;
     opts.prefetch = policy;
     opts.prefetch_timeout_s = 0.5;
     opts.clock = [&] { return clock; };
@@ -972,13 +972,13 @@ TEST_CASE("controller: prefetch moves a waiting request's prefix from the file t
     // A question arrives: its prefix starts up to the host (unless off); the copy has not landed.
     cache.submit({request_id{2}, q(2), 0, 2, 0.0});
     auto const s = cache.stats();
-    CHECK(s.prefetched_pages == (policy == prefetch_policy::off ? 0 : 6));
+    CHECK(s.prefetched_pages == (policy == prefetch_mode::off ? 0 : 6));
     auto plan = cache.schedule({4096, 0, 0, 0});
-    bool const held = policy == prefetch_policy::wait_complete || policy == prefetch_policy::timeout;
+    bool const held = policy == prefetch_mode::wait_complete || policy == prefetch_mode::timeout;
     CHECK(plan.prefills.empty() == held);
     if (held) {
       CHECK(cache.stats().prefetch_waits >= 1);
-      if (policy == prefetch_policy::timeout) {
+      if (policy == prefetch_mode::timeout) {
         clock = 0.6;  // past the timeout: it runs, reading what has not landed from the file tier
       } else {
         land_all();  // the prefetch lands: it runs from the host
@@ -988,7 +988,7 @@ TEST_CASE("controller: prefetch moves a waiting request's prefix from the file t
     }
     h = cache.begin_loads(plan);
     REQUIRE(h.started.size() == 1);
-    std::int64_t const from_host = policy == prefetch_policy::wait_complete ? 6 : 0;
+    std::int64_t const from_host = policy == prefetch_mode::wait_complete ? 6 : 0;
     CHECK(h.started[0].cached_pages[1] == from_host);
     CHECK(h.started[0].cached_pages[2] == 6 - from_host);
     if (h.transfer) { cache.executor().land(*h.transfer, rng, 0); }
@@ -1002,7 +1002,7 @@ TEST_CASE("controller: prefetch moves a waiting request's prefix from the file t
     cache.release(request_id{2});
     land_all();
     cache.check_invariants();
-    if (policy != prefetch_policy::off) {  // the prefix is on the host now too
+    if (policy != prefetch_mode::off) {  // the prefix is on the host now too
       CHECK(cache.probe(q(3)).tier_tokens[1] == 6 * geo.page_tokens);
     }
   }
@@ -1046,7 +1046,7 @@ TEST_CASE("controller: a file-tier record that fails to read leaves the index al
   layer_first const pool = mem.layout(64);
   controller_options opts;
   opts.costs = test::reading_pays(geo);
-  opts.prefetch = prefetch_policy::off;
+  opts.prefetch = prefetch_mode::off;
   opts.delay_hit_tokens = 4;
   cache_t cache{cache_t::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, memory_file_store{geo, 16}},
                 opts};

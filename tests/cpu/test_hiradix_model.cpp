@@ -65,8 +65,8 @@ class model_test {
     cfg_.page_tokens = 2;
     cfg_.page_bytes = 64;
     cfg_.capacity = {24, pick({0, 6, 12}), pick({0, 4, 8}), pick({0, 6, 6})};
-    cfg_.policy = std::array{write_policy::write_through, write_policy::write_through_selective,
-                             write_policy::write_back}[rng_() % 3];
+    cfg_.backup_policy = std::array{write_policy::write_through, write_policy::write_through_selective,
+                                    write_policy::write_back}[rng_() % 3];
     cfg_.selective_hits = pick({1, 2, 3});
     cfg_.delay_hit_tokens = pick({2, 4});
     tree_.emplace(cfg_);
@@ -186,7 +186,7 @@ class model_test {
   std::optional<tier> demotion_target(tokens_t const& k, mpage const& p, tier t) const
   {
     if (t == tier::device) {
-      if (cfg_.policy == write_policy::write_back && cfg_.capacity[1] > 0 && !p.res[1]) { return tier::host; }
+      if (cfg_.backup_policy == write_policy::write_back && cfg_.capacity[1] > 0 && !p.res[1]) { return tier::host; }
       if (!p.res[1] && !p.res[2] && !p.res[3] && has_extension(k)) {  // only copy, pages below: any tier below
         for (std::size_t u = 1; u < tier_count; ++u) {
           if (cfg_.capacity[u] > 0) { return tier(u); }

@@ -25,7 +25,7 @@ hiradix_config small_config(write_policy policy = write_policy::write_through_se
   c.page_tokens = 4;
   c.page_bytes = 1024;
   c.capacity = {64, 32, 16, 0};
-  c.policy = policy;
+  c.backup_policy = policy;
   c.selective_hits = 2;
   c.delay_hit_tokens = 8;
   return c;
@@ -323,7 +323,7 @@ struct demotion_and_load {
     hiradix_config c;
     c.page_tokens = 1;
     c.capacity = {16, 2, 8, 0};
-    c.policy = write_policy::write_through;
+    c.backup_policy = write_policy::write_through;
     return c;
   }()};
   tokens_t const a{1, 2};
@@ -394,7 +394,7 @@ TEST_CASE("hiradix_tree: write-back eviction never drops a newer node to keep an
   hiradix_config c;
   c.page_tokens = 1;
   c.capacity = {8, 1, 0, 0};
-  c.policy = write_policy::write_back;
+  c.backup_policy = write_policy::write_back;
   hiradix_tree t(c);
   tokens_t const x{1}, y{2};
   (void)t.insert(x, std::vector<std::int64_t>{0});
@@ -422,7 +422,7 @@ TEST_CASE("hiradix_tree: a demotion that completes while its source is locked ke
   hiradix_config c;
   c.page_tokens = 1;
   c.capacity = {8, 4, 0, 0};
-  c.policy = write_policy::write_back;
+  c.backup_policy = write_policy::write_back;
   hiradix_tree t(c);
   tokens_t const x{1, 2};
   (void)t.insert(x, std::vector<std::int64_t>{0, 1});
@@ -445,7 +445,7 @@ namespace {
 hiradix_tree file_only(tokens_t const& t, write_policy file_policy = write_policy::write_back)
 {
   hiradix_config c = small_config(write_policy::write_through);
-  c.file_policy = file_policy;
+  c.file_backup_policy = file_policy;
   hiradix_tree tree{c};
   std::int64_t const pages = std::int64_t(t.size()) / c.page_tokens;
   auto r = tree.insert(t, ids(0, pages));
@@ -670,7 +670,7 @@ TEST_CASE("hiradix_tree: the file write policy copies host pages to the file tie
        {write_policy::write_back, write_policy::write_through, write_policy::write_through_selective}) {
     INFO("file policy " << int(p));
     hiradix_config c = small_config(write_policy::write_through);
-    c.file_policy = p;
+    c.file_backup_policy = p;
     hiradix_tree tree{c};
     tokens_t const t = seq(0, 8);
     (void)tree.insert(t, ids(0, 2));
@@ -753,7 +753,7 @@ TEST_CASE("hiradix_tree: evict skips the node it tried even when making room mov
   hiradix_config c;
   c.page_tokens = 1;
   c.capacity = {16, 4, 2, 0};
-  c.policy = write_policy::write_back;
+  c.backup_policy = write_policy::write_back;
   hiradix_tree t{c};
   tokens_t const y{10, 11}, x{20, 21}, xc{20, 21, 22}, p{30, 31}, pc{30, 31, 32};
   (void)t.insert(y, ids(0, 2));
@@ -799,7 +799,7 @@ TEST_CASE("hiradix_tree: evict returns when making room empties the tier's candi
   hiradix_config c;
   c.page_tokens = 1;
   c.capacity = {8, 1, 0, 0};
-  c.policy = write_policy::write_through;
+  c.backup_policy = write_policy::write_through;
   hiradix_tree t{c};
   tokens_t const p{1, 2}, pc{1, 2, 3};
   auto const pi = t.insert(p, ids(0, 2));
@@ -825,7 +825,7 @@ TEST_CASE("hiradix_tree: a copy locked in its tier survives a demotion that land
   hiradix_config c;
   c.page_tokens = 2;
   c.capacity = {4, 4, 4, 0};
-  c.policy = write_policy::write_back;
+  c.backup_policy = write_policy::write_back;
   hiradix_tree t{c};
   tokens_t const n{1, 2}, other{3, 4};
   auto const a = t.adopt(tier::host, n, std::vector<std::int64_t>{0});

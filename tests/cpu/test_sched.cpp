@@ -40,7 +40,7 @@ struct fixture {
     h.page_tokens = 1;
     h.tokens_per_id = 32;
     h.capacity = {100000, 100000, file_pages, 0};
-    h.policy = write_policy::write_back;
+    h.backup_policy = write_policy::write_back;
     h.delay_hit_tokens = 64;
     return h;
   }
@@ -745,7 +745,7 @@ TEST_CASE("an item whose match disagrees with its probe leaves the plan", "[cpu]
   h.page_tokens = 1;
   h.tokens_per_id = 32;
   h.capacity = {100000, 100, 0, 0};
-  h.policy = write_policy::write_through_selective;
+  h.backup_policy = write_policy::write_through_selective;
   h.selective_hits = 1;
   h.delay_hit_tokens = 64;
   f.tree = hiradix_tree{h};

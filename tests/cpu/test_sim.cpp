@@ -638,7 +638,7 @@ TEST_CASE("a working set larger than the host tier is served from the file tier 
   engine_config c = small_engine();
   c.host_pages = working_set / 4;  // the host holds a quarter of the documents
   c.file_pages = 2 * working_set;
-  c.policy = write_policy::write_back;
+  c.backup_policy = write_policy::write_back;
   REQUIRE(c.host_pages + c.device_pages < working_set);
   auto check = [&](auto strategy, engine_config const& config) {
     invariant_checked<decltype(strategy)> const checked{strategy};

@@ -98,7 +98,7 @@ struct options {
   std::optional<double> file_gbps, file_write_gbps;      // unset: h200::file_*_bytes_per_s (measured)
   std::string file_bench;                                // bench_file_store output to calibrate from
   std::optional<write_policy> policy;                    // unset: write_through (the file sweep: write_back)
-  prefetch_policy prefetch = prefetch_policy::best_effort;
+  prefetch_mode prefetch = prefetch_mode::best_effort;
   bool file_sweep = false;
 };
 
@@ -261,7 +261,7 @@ options parse(int argc, char** argv)
       constexpr std::array<char const*, 4> names{"off", "best_effort", "wait_complete", "timeout"};
       auto const it = std::find_if(names.begin(), names.end(), [&](char const* n) { return v == n; });
       STRATA_EXPECTS(it != names.end(), "--prefetch must be off, best_effort, wait_complete or timeout, got '", v, "'");
-      o.prefetch = prefetch_policy(it - names.begin());
+      o.prefetch = prefetch_mode(it - names.begin());
     } else if (a == "--help" || a == "-h") {
       usage(0);
     } else {
@@ -308,7 +308,7 @@ engine_config engine_for(options const& o, io_costs const& io, std::string const
   c.device_pages = o.device_pages.value_or(workload == "long_documents" ? 6144 : 12288);
   c.host_pages = o.host_pages.value_or(131072);  // 0: no host tier
   c.file_pages = o.file_pages.value_or(0);
-  c.policy = o.policy.value_or(write_policy::write_through);
+  c.backup_policy = o.policy.value_or(write_policy::write_through);
   c.prefetch = o.prefetch;
   c.token_budget = o.budget;
   return c;
@@ -894,7 +894,7 @@ int run_file_sweep(options const& o)
   std::vector<std::uint64_t> const seeds{1, 2, 3};
   std::vector<std::string> const strategies{"srpt", "strata"};
   engine_config const base = engine_for(o, h200::gpu_assisted_io(), "long_documents");
-  char const* const policy = base.policy == write_policy::write_back ? "write-back" : "write-through";
+  char const* const policy = base.backup_policy == write_policy::write_back ? "write-back" : "write-through";
   double const file_gbps = base.costs.io().load_bytes_per_s[std::size_t(tier::file)] / 1e9;
   double const write_gbps = base.costs.write_bytes_per_s(tier::file) / 1e9;
   char buf[1024];

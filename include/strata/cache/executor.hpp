@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * @file cache/executor.hpp
- * @brief How the cache controller's copy orders become copies: the `copy_executor` concept, and
- *        `host_executor`, which runs them with `host_copy` on the calling thread.
+ * @brief How the cache controller's copy orders become copies: the `copy_executor` and
+ *        `stream_checked_executor` concepts, and `cpu_executor` (a CPU engine's), which runs them
+ *        with `host_copy` on the calling thread.
  *
  * The controller stays host-only: it hands an executor the tree's copy orders (tier slots to tier
  * slots) with the tier stack, and asks later whether each submission landed. The executor turns
- * orders into copy plans between the two stores' layouts and runs them its way: `host_executor`
+ * orders into copy plans between the two stores' layouts and runs them its way: `cpu_executor`
  * with `memcpy`, `gpu_executor` (`cache/gpu_executor.cuh`) through a GPU transfer backend chosen
  * per transfer, the simulator's `virtual_executor` in virtual time.
  */
 #pragma once
 
+#include <strata/cache/detail/records.hpp>
 #include <strata/error.hpp>
 #include <strata/layout/page_first.hpp>
 #include <strata/tier/concepts.hpp>
@@ -32,9 +34,10 @@ enum class copy_status {
   failed,   ///< will never land: the destination holds nothing usable
 };
 
-/// @brief What a submission moves: loads onto the device (per-layer completion matters) or other
-///        copies (backups, demotions: only the end matters).
-enum class copy_kind { load, copy };
+/// @brief What a submission moves: a batch's loads onto the device (per-layer completion matters,
+///        the engine waits for them), or background copies — backups, demotions, prefetches — of
+///        which only the end matters.
+enum class copy_kind { load, background };
 
 /**
  * @brief An executor of copy orders over a tier stack `Tiers`.
@@ -53,121 +56,15 @@ concept copy_executor = std::copyable<typename E::handle_type> && std::default_i
                           { ce.status(h) } -> std::same_as<copy_status>;
                         };
 
-namespace detail {
-
-/// @brief The pages of `orders` that move from one tier to another, in order, with what a record
-///        store keeps of each (`copy_order::keys`, `parent_key`, `ids`).
-struct direction {
-  std::vector<page_pair> pairs;
-  std::vector<std::uint64_t> keys;         ///< per pair (empty unless every order carries keys)
-  std::vector<std::uint64_t> parent_keys;  ///< per pair, with `keys`
-  std::vector<std::int32_t> ids;           ///< `ids_per_page` per pair (empty unless every order carries them)
-  std::int64_t ids_per_page = 0;
-};
-
-/// @brief The pages of `orders` that move from tier `from` to tier `to`.
-inline direction direction_between(std::span<copy_order const> orders, tier from, tier to)
-{
-  direction d;
-  bool keys = true, ids = true;
-  for (auto const& o : orders) {
-    if (o.from != from || o.to != to) { continue; }
-    keys = keys && o.keys.size() == o.from_pages.size();
-    ids = ids && o.ids_per_page > 0 && o.ids.size() == o.from_pages.size() * std::size_t(o.ids_per_page) &&
-          (d.ids_per_page == 0 || d.ids_per_page == o.ids_per_page);
-    if (ids) { d.ids_per_page = o.ids_per_page; }
-    for (std::size_t i = 0; i < o.from_pages.size(); ++i) {
-      d.pairs.push_back({o.from_pages[i], o.to_pages[i]});
-      if (keys) {
-        d.keys.push_back(o.keys[i]);
-        d.parent_keys.push_back(i == 0 ? o.parent_key : o.keys[i - 1]);
-      }
-    }
-    if (ids) { d.ids.insert(d.ids.end(), o.ids.begin(), o.ids.end()); }
-  }
-  if (!keys) { d.keys.clear(), d.parent_keys.clear(); }
-  if (!ids) { d.ids.clear(), d.ids_per_page = 0; }
-  return d;
-}
-
 /**
- * @brief Calls `f(src_store, dst_store, direction)` once per (from, to) tier pair present in
- *        `orders`, with the pages of every order between them (one copy plan per direction instead
- *        of one per node).
+ * @brief An executor that can tell a stream it cannot order its copies with (a CUDA stream of
+ *        another device): `e.check_stream(stream)` throws `strata::invalid_argument` for it. The
+ *        cache controller calls it before any call changes anything.
  */
-template <class Tiers, class F>
-void for_each_direction(Tiers& tiers, std::span<copy_order const> orders, F&& f)
-{
-  bool seen[tier_count][tier_count]{};
-  for (auto const& o : orders) {
-    auto const a = std::size_t(o.from), b = std::size_t(o.to);
-    if (seen[a][b]) { continue; }
-    seen[a][b] = true;
-    direction const d = direction_between(orders, o.from, o.to);
-    tiers.for_each([&](auto& src) {
-      if (std::remove_cvref_t<decltype(src)>::kind != o.from) { return; }
-      tiers.for_each([&](auto& dst) {
-        if (std::remove_cvref_t<decltype(dst)>::kind != o.to) { return; }
-        f(src, dst, d);
-      });
-    });
-  }
-}
-
-/// @brief A copy through page-first host records, record `i` holding pair `i`: the slots, the
-///        records' addresses, and the pairs of both legs (source -> record, record -> destination).
-struct record_legs {
-  std::vector<std::int64_t> from, to;  ///< source and destination slot of each pair
-  std::vector<std::byte*> at;          ///< record i
-  std::vector<page_pair> in, out;      ///< {source, i} and {i, destination}
-
-  record_legs(std::span<page_pair const> pairs, page_first const& records)
-      : from(pairs.size()), to(pairs.size()), at(pairs.size()), in(pairs.size()), out(pairs.size())
-  {
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-      auto const r = std::int64_t(i);
-      from[i] = pairs[i].src;
-      to[i] = pairs[i].dst;
-      at[i] = records.page_data(r);
-      in[i] = {pairs[i].src, r};
-      out[i] = {r, pairs[i].dst};
-    }
-  }
-  /// The records as sources of a write.
-  [[nodiscard]] std::vector<std::byte const*> sources() const { return {at.begin(), at.end()}; }
+template <class E>
+concept stream_checked_executor = requires(E const& e, typename E::stream_type const& stream) {
+  { e.check_stream(stream) } -> std::same_as<void>;
 };
-
-/// @brief Reads the records of `legs` from record store `store`, refusing records of other keys
-///        where the store can check them and the orders carry keys. @return whether all arrived intact
-template <class S>
-[[nodiscard]] bool read_records(S& store, record_legs const& legs, direction const& d)
-{
-  if constexpr (requires { store.read(legs.from, legs.at, std::span<std::uint64_t const>{d.keys}); }) {
-    if (!d.keys.empty()) { return store.read(legs.from, legs.at, std::span<std::uint64_t const>{d.keys}); }
-  }
-  return store.read(legs.from, legs.at);
-}
-
-/// @brief Writes the records of `legs` to record store `store`, with each page's identity where the
-///        store keeps it. @return whether all were written
-template <class S>
-[[nodiscard]] bool write_records(S& store, record_legs const& legs, direction const& d)
-{
-  auto const sources = legs.sources();
-  if constexpr (requires {
-                  store.write(legs.to, std::span<std::byte const* const>{sources},
-                              std::span<std::uint64_t const>{d.keys}, std::span<std::uint64_t const>{d.parent_keys},
-                              std::span<std::int32_t const>{d.ids});
-                }) {
-    if (!d.keys.empty()) {
-      return store.write(legs.to, std::span<std::byte const* const>{sources}, std::span<std::uint64_t const>{d.keys},
-                         std::span<std::uint64_t const>{d.parent_keys}, std::span<std::int32_t const>{d.ids});
-    }
-  }
-  return store.write(legs.to, std::span<std::byte const* const>{sources});
-}
-
-}  // namespace detail
 
 /**
  * @brief Runs copy orders at once on the calling thread with `host_copy` (a CPU engine, tests, the
@@ -176,7 +73,7 @@ template <class S>
  *        written from, page-first records in host memory, transposed to or from the other side's
  *        layout as it goes.
  */
-class host_executor {
+class cpu_executor {
  public:
   /// @brief No stream on the CPU.
   struct stream_type {};
@@ -208,21 +105,21 @@ class host_executor {
           page_first const records{bounce_.data(), g, n};
           detail::record_legs const legs{pairs, records};
           if constexpr (record_store<S>) {
-            STRATA_EXPECTS(detail::read_records(src, legs, d), "host_executor: reading ", n, " records from the ",
+            STRATA_EXPECTS(detail::read_records(src, legs, d), "cpu_executor: reading ", n, " records from the ",
                            to_string(S::kind), " tier failed");
           } else {
             host_copy{}.copy(
                 copy_plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)});
           }
           if constexpr (record_store<D>) {
-            STRATA_EXPECTS(detail::write_records(dst, legs, d), "host_executor: writing ", n, " records to the ",
+            STRATA_EXPECTS(detail::write_records(dst, legs, d), "cpu_executor: writing ", n, " records to the ",
                            to_string(D::kind), " tier failed");
           } else {
             host_copy{}.copy(
                 copy_plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)});
           }
         } else {
-          STRATA_EXPECTS(false, "host_executor: no copy between the ", to_string(S::kind), " and ", to_string(D::kind),
+          STRATA_EXPECTS(false, "cpu_executor: no copy between the ", to_string(S::kind), " and ", to_string(D::kind),
                          " tiers (each needs a layout or records)");
         }
       });

@@ -2,29 +2,26 @@
 /**
  * @file cache/gpu_executor.cuh
  * @brief `gpu_executor`: the cache controller's copy orders as GPU transfers, one backend chosen per
- *        transfer from measured costs; `gpu_policies<Layout>`: the policy bundle of a GPU engine.
- *
- * ```
- * using controller = strata::cache_controller<strata::gpu_policies<strata::layer_first_table>>;
- * controller cache{controller::tiers_type{strata::device_pool{layout}, strata::pinned_host_pool{geometry, pages}}};
- * ...
- * auto loads = cache.begin_loads(plan, compute_stream);   // copies start after the work already there
- * for (layer l) { strata::wait_layer(loads, l, compute_stream); attention(l); }
- * ```
+ *        transfer from measured costs (`presets/h200.hpp` by default). The bundle that uses it is
+ *        `gpu_policies` (cache/gpu_policies.cuh).
  */
 #pragma once
 
-#include <strata/cache/controller.hpp>
 #include <strata/cache/executor.hpp>
+#include <strata/layout/layer_first.hpp>
 #include <strata/presets/h200.hpp>
+#include <strata/tier/device_pool.hpp>
 #include <strata/tier/file_store.hpp>
 #include <strata/tier/pinned_host_pool.cuh>
+#include <strata/tier/tier_stack.hpp>
 #include <strata/transfer/backend.cuh>
 #include <strata/transfer/choice.hpp>
 #include <strata/transfer/dma_batch.cuh>
 #include <strata/transfer/gpu_assisted.cuh>
 #include <strata/transfer/staged.cuh>
 #include <strata/transfer/submit_thread.cuh>
+
+#include <cuda/stream_ref>
 
 #include <array>
 #include <atomic>
@@ -42,7 +39,7 @@ struct gpu_executor_config {
   std::optional<gpu_backend> force{};
   /// Costs of each backend for loads (`copy_kind::load`), indexed by `gpu_backend`.
   std::array<transfer_option, gpu_backend_count> load_options = h200::load_options();
-  /// Costs of each backend for backups and demotions (`copy_kind::copy`).
+  /// Costs of each backend for backups and demotions (`copy_kind::background`).
   std::array<transfer_option, gpu_backend_count> copy_options = h200::copy_options();
   /// CPU microseconds per `dma_batch` descriptor (~0.5 on the H200's host): caps its bandwidth at
   /// `run bytes / descriptor time`, which makes it lose on small blocks (a TP shard's 8 KiB blocks),
@@ -60,11 +57,11 @@ struct gpu_executor_config {
   gpu_assisted_config copy_kernel = default_backup_config;  ///< copy-kernel quota for backups, demotions
   dma_batch_config dma{};                                   ///< `dma_batch` tuning
   staged_config staged{};                                   ///< `staged` tuning
-  /// Stream the loads are issued on (e.g. an `sm_partition::copy_stream()`); null: the executor's
+  /// Stream the loads are issued on (e.g. an `sm_partition::copy_stream()`); none: the executor's
   /// own, at the highest stream priority.
-  cudaStream_t load_stream = nullptr;
-  /// Stream backups and demotions are issued on; null: the executor's own, at the lowest priority.
-  cudaStream_t copy_stream = nullptr;
+  std::optional<cuda::stream_ref> load_stream{};
+  /// Stream backups and demotions are issued on; none: the executor's own, at the lowest priority.
+  std::optional<cuda::stream_ref> copy_stream{};
 };
 
 /// @brief Transfers a `gpu_executor` issued, by kind (`copy_kind`) and backend (`gpu_backend`).
@@ -81,7 +78,7 @@ struct gpu_executor_stats {
  *        the configured costs, the GPU activity the engine reports (`set_activity`), and the block
  *        size (or the one `gpu_executor_config::force` names).
  *
- * - Streams: `stream_type` is `cudaStream_t` (0: the legacy default stream). A submission's copies
+ * - Streams: `stream_type` is `cuda::stream_ref` (default: the legacy default stream). A submission's copies
  *   are ordered after the work already on that stream (an event recorded there: compute writing
  *   pages being backed up), but run on the executor's streams — loads on a high-priority stream,
  *   backups and demotions on a low-priority one — so later work on the caller's stream does not
@@ -110,8 +107,8 @@ struct gpu_executor_stats {
  */
 class gpu_executor {
  public:
-  using stream_type = cudaStream_t;     ///< what orders submissions (0: the legacy default stream)
-  using handle_type = transfer_handle;  ///< one submission, per-layer completion for loads
+  using stream_type = cuda::stream_ref;  ///< what orders submissions (default: the legacy default stream)
+  using handle_type = transfer_handle;   ///< one submission, per-layer completion for loads
 
   /// @brief The defaults: automatic choice from the H200's costs.
   gpu_executor() : gpu_executor(gpu_executor_config{}) {}
@@ -157,8 +154,8 @@ class gpu_executor {
       check_stream(stream);
       cuda_parts& cp = st.parts();
       cudaStream_t const s = kind == copy_kind::load ? cp.load_stream : cp.copy_stream;
-      if (stream != s) {  // after the caller's work, without holding the caller's later work back
-        STRATA_CUDA_TRY(cudaEventRecord(cp.order.get(), stream));
+      if (stream.get() != s) {  // after the caller's work, without holding the caller's later work back
+        STRATA_CUDA_TRY(cudaEventRecord(cp.order.get(), stream.get()));
         STRATA_CUDA_TRY(cudaStreamWaitEvent(s, cp.order.get(), 0));
       }
       bool seen[tier_count][tier_count]{};
@@ -214,10 +211,11 @@ class gpu_executor {
    */
   void check_stream(stream_type stream) const
   {
-    if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) { return; }
+    cudaStream_t const raw = stream.get();
+    if (raw == nullptr || raw == cudaStreamLegacy || raw == cudaStreamPerThread) { return; }
     int current = 0, of_stream = 0;
     STRATA_CUDA_TRY(cudaGetDevice(&current));
-    STRATA_CUDA_TRY(cudaStreamGetDevice(stream, &of_stream));
+    STRATA_CUDA_TRY(cudaStreamGetDevice(raw, &of_stream));
     int const served = state_->cuda ? state_->cuda->device : current;
     STRATA_EXPECTS(of_stream == served, "gpu_executor: the stream belongs to device ", of_stream,
                    ", the executor copies on device ", served);
@@ -270,9 +268,9 @@ class gpu_executor {
   /// @brief The settings.
   [[nodiscard]] gpu_executor_config const& config() const noexcept { return state_->config; }
   /// @brief The stream loads are issued on (created on first use).
-  [[nodiscard]] cudaStream_t load_stream() { return state_->parts().load_stream; }
+  [[nodiscard]] cuda::stream_ref load_stream() { return state_->parts().load_stream; }
   /// @brief The stream backups and demotions are issued on (created on first use).
-  [[nodiscard]] cudaStream_t copy_stream() { return state_->parts().copy_stream; }
+  [[nodiscard]] cuda::stream_ref copy_stream() { return state_->parts().copy_stream; }
 
  private:
   using backend_set = std::tuple<gpu_assisted, dma_batch, staged>;
@@ -284,10 +282,10 @@ class gpu_executor {
       STRATA_CUDA_TRY(cudaGetDevice(&device));
       int low = 0, high = 0;
       STRATA_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&low, &high));
-      if (c.load_stream == nullptr) { own_load.emplace(high); }
-      if (c.copy_stream == nullptr) { own_copy.emplace(low); }
-      load_stream = own_load ? own_load->get() : c.load_stream;
-      copy_stream = own_copy ? own_copy->get() : c.copy_stream;
+      if (!c.load_stream) { own_load.emplace(high); }
+      if (!c.copy_stream) { own_copy.emplace(low); }
+      load_stream = own_load ? own_load->get() : c.load_stream->get();
+      copy_stream = own_copy ? own_copy->get() : c.copy_stream->get();
       if (c.dma_submit_thread) { thread.emplace(); }
     }
     cuda_parts(cuda_parts const&) = delete;
@@ -309,15 +307,15 @@ class gpu_executor {
     }
 
     int device = 0;  // where the streams, backends and their memory live
-    std::optional<detail::cuda_stream> own_load, own_copy;
+    std::optional<cuda_stream> own_load, own_copy;
     cudaStream_t load_stream{}, copy_stream{};
-    detail::cuda_event order;
+    cuda_event order;
     backend_set load;  // used for loads only, so several loads and copies are in flight independently
     backend_set copy;
     dma_batch direct;                     // dma_batch on the calling thread (no submit thread, or several directions)
     std::optional<submit_thread> thread;  // destroyed first: it finishes enqueueing into `load`/`copy`
     std::array<transfer_handle, 2> threaded;  // the submit thread's last transfer of each kind
-    detail::pinned_buffer bounce;             // page-first records to and from record stores (files)
+    pinned_buffer bounce;                     // page-first records to and from record stores (files)
     transfer_handle bounce_use;               // the last transfer reading the bounce buffer
   };
 
@@ -441,8 +439,8 @@ class gpu_executor {
     cp.bounce_use = {};
     auto const bytes = std::size_t(n * g.page_bytes());
     if (cp.bounce.size() < bytes) {
-      cp.bounce = detail::pinned_buffer{};  // the old one goes first: pinned memory is scarce
-      cp.bounce = detail::pinned_buffer{bytes};
+      cp.bounce = pinned_buffer{};  // the old one goes first: pinned memory is scarce
+      cp.bounce = pinned_buffer{bytes};
     }
     return page_first{cp.bounce.data(), g, n};
   }
@@ -482,7 +480,7 @@ class gpu_executor {
     detail::record_legs const legs{d.pairs, records};
     copy_plan const plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)};
     if constexpr (S::kind == tier::device) {
-      transfer_handle const h = issue(plan, copy_kind::copy, s, false);
+      transfer_handle const h = issue(plan, copy_kind::background, s, false);
       h.synchronize();  // rethrows what failed
     } else {
       host_copy{}.copy(plan);
@@ -505,46 +503,6 @@ class gpu_executor {
 static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, pinned_host_pool>>);
 static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, pinned_host_pool, file_store&>>);
 
-/**
- * @brief The policy bundle of a GPU engine: the engine's pool in `Layout` (device memory), a pinned
- *        host tier, optionally record stores below it, the Strata strategy, `gpu_executor`.
- * @tparam Layout the engine's `kv_layout` (`layer_first`, `layer_first_table` from `sglang_layout`,
- *         `vllm_layout`, ...)
- * @tparam Lower tiers below the host, slower in order: e.g. `file_store&` (the NVMe tier, held by
- *         reference; records move through the executor's pinned bounce buffer)
- */
-template <kv_layout Layout, class... Lower>
-struct gpu_policies {
-  using tiers = tier_stack<device_pool<Layout>, pinned_host_pool, Lower...>;  ///< device, pinned host, lower
-  using scheduler = strata_scheduler;                                         ///< delay hits, balance, bubbles
-  using executor = gpu_executor;                                              ///< GPU transfers, chosen per transfer
-};
-
-/**
- * @brief Makes `stream` wait until `layer` of a batch's loads has landed, and of the earlier loads
- *        still filling pages the batch reads (`load_handle::after`); nothing to wait for when there
- *        are none.
- * @return false when one of them failed: the batch's started requests must not read their cached
- *         pages (call `complete`/`poll`: the controller sends them back to wait)
- * @throw strata::invalid_argument for a layer outside the model; strata::cuda_error from CUDA
- */
-inline bool wait_layer(load_handle<transfer_handle> const& loads, std::int64_t layer, cuda::stream_ref stream)
-{
-  auto wait_one = [&](transfer_handle const& h) {
-    if (!h.valid()) { return true; }  // nothing in flight (copies the executor finished on its thread)
-    if (h.failed()) { return false; }
-    try {
-      h.wait_layer(layer, stream);
-    } catch (...) {
-      if (h.failed()) { return false; }  // enqueueing failed on the submit thread meanwhile
-      throw;
-    }
-    return true;
-  };
-  for (auto const& h : loads.after) {
-    if (!wait_one(h)) { return false; }
-  }
-  return !loads.transfer || wait_one(*loads.transfer);
-}
+static_assert(stream_checked_executor<gpu_executor>);
 
 }  // namespace strata

@@ -54,12 +54,12 @@ struct hiradix_config {
   /// Pages per tier: the device pool's size (page ids the engine passes must be below it), and the
   /// host, file and remote capacities the tree allocates from (0: tier absent).
   std::array<std::int64_t, tier_count> capacity{0, 0, 0, 0};
-  write_policy policy = write_policy::write_through_selective;  ///< device -> host backups
+  write_policy backup_policy = write_policy::write_through_selective;  ///< device -> host backups
   /// Host -> file copies: on host eviction only (`write_back`, the default: the file tier holds
   /// what the host lets go), as soon as a page is on the host (`write_through`: the file tier
   /// holds everything the host does, so a restart or a host eviction loses nothing), or once the
   /// node is hit `selective_hits` times (`write_through_selective`).
-  write_policy file_policy = write_policy::write_back;
+  write_policy file_backup_policy = write_policy::write_back;
   std::int64_t selective_hits = 2;     ///< hits before a selective backup (to the host, or to the file tier)
   std::int64_t delay_hit_tokens = 64;  ///< shortest transient match reported as a delay hit
 };

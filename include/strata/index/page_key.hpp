@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <vector>
 
 namespace strata {
 
@@ -48,6 +49,24 @@ inline std::uint64_t chain_key(std::span<std::int32_t const> ids, std::uint64_t 
   }
   if (i < ids.size()) { h = (h ^ static_cast<std::uint32_t>(ids[i])) * 0x100000001b3ull; }
   return detail::mix64(h);
+}
+
+/**
+ * @brief The content keys of every whole page of `ids`, `ids_per_page` ids each, chained from a
+ *        first page (a trailing partial page has none).
+ */
+inline std::vector<std::uint64_t> chain_keys(std::span<std::int32_t const> ids, std::int64_t ids_per_page)
+{
+  std::vector<std::uint64_t> keys;
+  if (ids_per_page <= 0) { return keys; }
+  std::size_t const per = std::size_t(ids_per_page);
+  keys.reserve(ids.size() / per);
+  std::uint64_t parent = 0;
+  for (std::size_t at = 0; at + per <= ids.size(); at += per) {
+    parent = chain_key(ids.subspan(at, per), parent);
+    keys.push_back(parent);
+  }
+  return keys;
 }
 
 }  // namespace strata

@@ -18,7 +18,9 @@
 
 #include <array>
 
-namespace strata::h200 {
+namespace strata {
+/// @brief Measured and derived figures of one H200 and its host (docs/cost_model.md for every source).
+namespace h200 {
 
 /**
  * @brief Compute costs of a model on one H200.
@@ -191,4 +193,5 @@ inline std::array<transfer_option, gpu_backend_count> copy_options()
           transfer_option{"staged", {54.0, 25.3, 53.4}, {0, 0.045, 0.06}, 0.5}};
 }
 
-}  // namespace strata::h200
+}  // namespace h200
+}  // namespace strata

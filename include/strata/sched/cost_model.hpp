@@ -52,7 +52,7 @@ struct io_costs {
   /// remote store; index: `tier`; [device] and [host] unused). 0: the tier's load bandwidth.
   std::array<double, tier_count> store_bytes_per_s{};
   /// Whether a batch's reads from record tiers overlap its compute. false: they precede it, as the
-  /// executors do today (`host_executor`, `gpu_executor`: records are read into a host bounce
+  /// executors do today (`cpu_executor`, `gpu_executor`: records are read into a host bounce
   /// buffer on the calling thread, inside `begin_loads`, before the copies to the device are issued).
   bool record_reads_overlap = false;
   /// Engine-thread CPU seconds per byte loaded that delay the batch (0 with a submit thread).

@@ -98,12 +98,14 @@ class strata_scheduler {
  public:
   static constexpr char const* name = "strata";  ///< for reports
 
+  /// @brief The defaults (`strata_options{}`); implicit, so that `scheduler = {}` default arguments work.
+  strata_scheduler() : strata_scheduler(strata_options{}) {}
   /**
    * @param options switches and limits
    * @throw strata::invalid_argument for a negative postponement limit, an empty window or a short
    *        share outside [0, 100]
    */
-  explicit strata_scheduler(strata_options options = {}) : options_{options}
+  explicit strata_scheduler(strata_options options) : options_{options}
   {
     STRATA_EXPECTS(options.max_postponements >= 0, "strata_scheduler: max_postponements must not be negative, got ",
                    options.max_postponements);

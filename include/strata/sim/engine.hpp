@@ -35,20 +35,20 @@ namespace strata::sim {
 
 /// @brief One engine instance's resources and limits.
 struct engine_config {
-  cost_model costs;                                   ///< the clock: loads, prefill, decode
-  std::int64_t device_pages = 0;                      ///< KV pages the GPU pool holds
-  std::int64_t host_pages = 0;                        ///< host tier (0: none)
-  std::int64_t file_pages = 0;                        ///< file tier (0: none)
-  std::int64_t remote_pages = 0;                      ///< remote tier (0: none)
-  write_policy policy = write_policy::write_through;  ///< device -> host backups
-  std::int64_t token_budget = 8192;                   ///< most prefill tokens per batch (longer prompts are chunked)
-  std::int64_t delay_hit_tokens = 64;                 ///< shortest transient match that is a delay hit
+  cost_model costs;                                          ///< the clock: loads, prefill, decode
+  std::int64_t device_pages = 0;                             ///< KV pages the GPU pool holds
+  std::int64_t host_pages = 0;                               ///< host tier (0: none)
+  std::int64_t file_pages = 0;                               ///< file tier (0: none)
+  std::int64_t remote_pages = 0;                             ///< remote tier (0: none)
+  write_policy backup_policy = write_policy::write_through;  ///< device -> host backups
+  std::int64_t token_budget = 8192;    ///< most prefill tokens per batch (longer prompts are chunked)
+  std::int64_t delay_hit_tokens = 64;  ///< shortest transient match that is a delay hit
   /// After each prefill batch, one decode step of the running requests (false: a decode step only
   /// when no prefill batch can be formed, as SGLang's scheduler does).
   bool decode_after_prefill = false;
   /// Prefix prefetch from the file (remote) tier to the host at arrival (`controller_options::prefetch`).
-  prefetch_policy prefetch = prefetch_policy::best_effort;
-  double prefetch_timeout_s = 0.05;  ///< virtual seconds, for `prefetch_policy::timeout`
+  prefetch_mode prefetch = prefetch_mode::best_effort;
+  double prefetch_timeout_s = 0.05;  ///< virtual seconds, for `prefetch_mode::timeout`
 
   /// @throw strata::invalid_argument for an empty (default) cost model, a device pool of no pages,
   ///        negative tiers, or a non-positive budget
@@ -229,13 +229,13 @@ class engine {
   controller_options options(engine_config const& c)
   {
     controller_options o;
-    o.policy = c.policy;
+    o.backup_policy = c.backup_policy;
     o.prefetch = c.prefetch;
     o.prefetch_timeout_s = c.prefetch_timeout_s;
     o.clock = [this] { return now_; };  // virtual time
     o.delay_hit_tokens = c.delay_hit_tokens;
     o.costs = c.costs;
-    o.page_ids = true;  // the index holds one id per page
+    o.ids_are_pages = true;  // the index holds one id per page
     return o;
   }
   [[nodiscard]] std::int64_t page_tokens() const noexcept { return config_.costs.page_tokens(); }

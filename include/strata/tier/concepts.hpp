@@ -15,9 +15,11 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace strata {
 
@@ -57,5 +59,39 @@ concept record_store =
       { t.write(slots, sources) } -> std::same_as<bool>;
       { t.read(slots, records) } -> std::same_as<bool>;
     };
+
+/**
+ * @brief A record store that knows each record's page. Reads check each record's content key
+ *        (`read(slots, records, expected_keys)`: a slot that holds another page fails the read, so a
+ *        slot reused meanwhile is never served as this page); writes keep the page's identity — its
+ *        key, the key of the page before it, its ids (`write(slots, sources, keys, parent_keys,
+ *        ids)`), at most `T::max_record_ids` ids per page — so that a restart can rebuild the index.
+ *        Executors pass keys and identities to such stores; a plain `record_store` gets neither.
+ */
+template <class T>
+concept keyed_record_store =
+    record_store<T> && requires(T& t, std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+                                std::span<std::byte const* const> sources, std::span<std::uint64_t const> keys,
+                                std::span<std::int32_t const> ids) {
+      { t.read(slots, records, keys) } -> std::same_as<bool>;
+      { t.write(slots, sources, keys, keys, ids) } -> std::same_as<bool>;
+      { T::max_record_ids } -> std::convertible_to<std::int64_t>;
+    };
+
+/**
+ * @brief A keyed record store whose records outlive the process: reopened, it lists the intact
+ *        records it kept (`recovered()`: each with its `slot`, `key`, `parent_key` and `ids`) with
+ *        their slots allocated, and says which key a slot holds now (`key(slot)`). A cache
+ *        controller over one gives the slots back and lets the index adopt every prefix they chain to.
+ */
+template <class T>
+concept restorable_store = keyed_record_store<T> && requires(T& t, std::int64_t slot) {
+  { t.key(slot) } -> std::same_as<std::optional<std::uint64_t>>;
+  { t.recovered().size() } -> std::convertible_to<std::size_t>;
+  { t.recovered()[0].slot } -> std::convertible_to<std::int64_t>;
+  { t.recovered()[0].key } -> std::convertible_to<std::uint64_t>;
+  { t.recovered()[0].parent_key } -> std::convertible_to<std::uint64_t>;
+  { t.recovered()[0].ids[0] } -> std::convertible_to<std::int32_t>;
+};
 
 }  // namespace strata

@@ -378,7 +378,7 @@ class file_store {
 #endif
   std::unique_ptr<detail::io_thread_pool> pool_;  // last: its threads stop before anything they use goes
 };
-static_assert(record_store<file_store>);
+static_assert(restorable_store<file_store>);
 
 }  // namespace strata
 

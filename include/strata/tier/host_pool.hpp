@@ -19,7 +19,7 @@ namespace strata {
 /**
  * @brief `num_pages` page-first records in ordinary host memory (64-byte aligned, zero-filled).
  *
- * The host tier of a CPU engine (`host_executor`). GPU engines use `pinned_host_pool`
+ * The host tier of a CPU engine (`cpu_executor`). GPU engines use `pinned_host_pool`
  * (`tier/pinned_host_pool.cuh`), which GPU copy kernels can read.
  */
 class host_pool {

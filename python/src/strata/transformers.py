@@ -176,7 +176,7 @@ class StrataKVPool:
         else:
             if gpu:
                 raise TypeError(f"GPU options {sorted(gpu)} need a CUDA pool")
-            self.controller = _s.host_controller(layout, host_pages, options=options, file_store=file_store)
+            self.controller = _s.cpu_controller(layout, host_pages, options=options, file_store=file_store)
         self._next_id = 1
         self.waits: list[int] = []  # layers waited for, in order (what the per-layer overlap relies on)
 

@@ -24,7 +24,7 @@ int main()
 
   // The cache controller with the default policies: two lines.
   std::vector<std::byte> pool(16 * g.page_bytes());  // the engine's KV pool (host memory here)
-  using controller = strata::cache_controller<strata::host_policies<strata::layer_first>>;
+  using controller = strata::cache_controller<strata::cpu_policies<strata::layer_first>>;
   controller cache{
       controller::tiers_type{strata::device_pool{strata::layer_first{pool.data(), g, 16}}, strata::host_pool{g, 4}}};
   std::vector<std::int32_t> const prompt(40, 7);

@@ -31,7 +31,7 @@ inline auto hiradix_tree::insert(std::span<std::int32_t const> tokens, std::span
       set_pages(n, tier::device, device_pages.subspan(std::size_t(p)));
       make_resident(n, tier::device);
       r.new_pages += pages - p;
-      if (config_.policy == write_policy::write_through) { backup(n); }
+      if (config_.backup_policy == write_policy::write_through) { backup(n); }
       cur = n;
       p = pages;
       break;
@@ -45,7 +45,7 @@ inline auto hiradix_tree::insert(std::span<std::int32_t const> tokens, std::span
       set_pages(n, tier::device, device_pages.subspan(std::size_t(p), std::size_t(k)));
       make_resident(n, tier::device);
       r.new_pages += k;
-      if (config_.policy == write_policy::write_through) { backup(n); }
+      if (config_.backup_policy == write_policy::write_through) { backup(n); }
     } else {
       auto const& mine = nodes_[n].tier_pages[0];
       for (std::int64_t j = 0; j < k; ++j) {  // the tree's own pages stay; other ids are duplicates
@@ -101,7 +101,7 @@ inline auto hiradix_tree::commit(request_id request, std::span<std::int64_t cons
   set_pages(n, tier::device, device_pages);
   make_resident(n, tier::device);
   touch(n);
-  if (config_.policy == write_policy::write_through) { backup(n); }
+  if (config_.backup_policy == write_policy::write_through) { backup(n); }
   return ref(n);
 }
 
@@ -349,7 +349,7 @@ inline auto hiradix_tree::complete(transfer_id id) -> std::vector<std::int64_t>
     if (t.demotion && nodes_[i].locks[std::size_t(t.from)] == 0) { nodes_[i].drop_pending[std::size_t(t.from)] = true; }
   }
   apply_pending_drops(t, freed);
-  if (t.to == tier::host && config_.file_policy == write_policy::write_through) {
+  if (t.to == tier::host && config_.file_backup_policy == write_policy::write_through) {
     for (auto i : t.nodes) {
       if (nodes_[i].alive) { file_backup(i); }
     }

@@ -75,7 +75,9 @@ inline auto hiradix_tree::demotion_target(std::uint32_t i, tier t) const noexcep
 {
   node_data const& n = nodes_[i];
   if (t == tier::device) {
-    if (config_.policy == write_policy::write_back && has_tier(tier::host) && !n.resident[1]) { return tier::host; }
+    if (config_.backup_policy == write_policy::write_back && has_tier(tier::host) && !n.resident[1]) {
+      return tier::host;
+    }
     if (stuck_on_device(i, t)) {  // the first tier below that exists
       for (std::size_t u = 1; u < tier_count; ++u) {
         if (has_tier(tier(u))) { return tier(u); }

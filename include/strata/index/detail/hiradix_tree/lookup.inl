@@ -34,8 +34,10 @@ inline auto hiradix_tree::match(std::span<std::int32_t const> tokens) -> match_r
     ++nodes_[n].hits;
     node_data const& m = nodes_[n];
     note_cached(r, m, k, device_run);
-    if (config_.policy == write_policy::write_through_selective && m.hits >= config_.selective_hits) { backup(n); }
-    if (config_.file_policy == write_policy::write_through_selective && m.hits >= config_.selective_hits) {
+    if (config_.backup_policy == write_policy::write_through_selective && m.hits >= config_.selective_hits) {
+      backup(n);
+    }
+    if (config_.file_backup_policy == write_policy::write_through_selective && m.hits >= config_.selective_hits) {
       file_backup(n);
     }
     cur = n;

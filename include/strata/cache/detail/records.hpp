@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * @file cache/detail/records.hpp
+ * @brief What both executors do with a submission's copy orders: group them by direction (one copy
+ *        plan per pair of tiers), lay out the page-first host records a record store moves through,
+ *        and read or write those records with each page's key and identity where the store keeps them.
+ */
+#pragma once
+
+#include <strata/layout/page_first.hpp>
+#include <strata/tier/concepts.hpp>
+#include <strata/transfer/copy_plan.hpp>
+#include <strata/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace strata {
+
+namespace detail {
+
+/// @brief The pages of `orders` that move from one tier to another, in order, with what a record
+///        store keeps of each (`copy_order::keys`, `parent_key`, `ids`).
+struct direction {
+  std::vector<page_pair> pairs;
+  std::vector<std::uint64_t> keys;         ///< per pair (empty unless every order carries keys)
+  std::vector<std::uint64_t> parent_keys;  ///< per pair, with `keys`
+  std::vector<std::int32_t> ids;           ///< `ids_per_page` per pair (empty unless every order carries them)
+  std::int64_t ids_per_page = 0;
+};
+
+/// @brief The pages of `orders` that move from tier `from` to tier `to`.
+inline direction direction_between(std::span<copy_order const> orders, tier from, tier to)
+{
+  direction d;
+  bool keys = true, ids = true;
+  for (auto const& o : orders) {
+    if (o.from != from || o.to != to) { continue; }
+    keys = keys && o.keys.size() == o.from_pages.size();
+    ids = ids && o.ids_per_page > 0 && o.ids.size() == o.from_pages.size() * std::size_t(o.ids_per_page) &&
+          (d.ids_per_page == 0 || d.ids_per_page == o.ids_per_page);
+    if (ids) { d.ids_per_page = o.ids_per_page; }
+    for (std::size_t i = 0; i < o.from_pages.size(); ++i) {
+      d.pairs.push_back({o.from_pages[i], o.to_pages[i]});
+      if (keys) {
+        d.keys.push_back(o.keys[i]);
+        d.parent_keys.push_back(i == 0 ? o.parent_key : o.keys[i - 1]);
+      }
+    }
+    if (ids) { d.ids.insert(d.ids.end(), o.ids.begin(), o.ids.end()); }
+  }
+  if (!keys) { d.keys.clear(), d.parent_keys.clear(); }
+  if (!ids) { d.ids.clear(), d.ids_per_page = 0; }
+  return d;
+}
+
+/**
+ * @brief Calls `f(src_store, dst_store, direction)` once per (from, to) tier pair present in
+ *        `orders`, with the pages of every order between them (one copy plan per direction instead
+ *        of one per node).
+ */
+template <class Tiers, class F>
+void for_each_direction(Tiers& tiers, std::span<copy_order const> orders, F&& f)
+{
+  bool seen[tier_count][tier_count]{};
+  for (auto const& o : orders) {
+    auto const a = std::size_t(o.from), b = std::size_t(o.to);
+    if (seen[a][b]) { continue; }
+    seen[a][b] = true;
+    direction const d = direction_between(orders, o.from, o.to);
+    tiers.for_each([&](auto& src) {
+      if (std::remove_cvref_t<decltype(src)>::kind != o.from) { return; }
+      tiers.for_each([&](auto& dst) {
+        if (std::remove_cvref_t<decltype(dst)>::kind != o.to) { return; }
+        f(src, dst, d);
+      });
+    });
+  }
+}
+
+/// @brief A copy through page-first host records, record `i` holding pair `i`: the slots, the
+///        records' addresses, and the pairs of both legs (source -> record, record -> destination).
+struct record_legs {
+  std::vector<std::int64_t> from, to;  ///< source and destination slot of each pair
+  std::vector<std::byte*> at;          ///< record i
+  std::vector<page_pair> in, out;      ///< {source, i} and {i, destination}
+
+  record_legs(std::span<page_pair const> pairs, page_first const& records)
+      : from(pairs.size()), to(pairs.size()), at(pairs.size()), in(pairs.size()), out(pairs.size())
+  {
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      auto const r = std::int64_t(i);
+      from[i] = pairs[i].src;
+      to[i] = pairs[i].dst;
+      at[i] = records.page_data(r);
+      in[i] = {pairs[i].src, r};
+      out[i] = {r, pairs[i].dst};
+    }
+  }
+  /// The records as sources of a write.
+  [[nodiscard]] std::vector<std::byte const*> sources() const { return {at.begin(), at.end()}; }
+};
+
+/// @brief Reads the records of `legs` from record store `store`, refusing records of other keys
+///        where the store checks them (`keyed_record_store`) and the orders carry keys.
+/// @return whether all arrived intact
+template <record_store S>
+[[nodiscard]] bool read_records(S& store, record_legs const& legs, direction const& d)
+{
+  if constexpr (keyed_record_store<S>) {
+    if (!d.keys.empty()) { return store.read(legs.from, legs.at, std::span<std::uint64_t const>{d.keys}); }
+  }
+  return store.read(legs.from, legs.at);
+}
+
+/// @brief Writes the records of `legs` to record store `store`, with each page's identity where the
+///        store keeps it (`keyed_record_store`). @return whether all were written
+template <record_store S>
+[[nodiscard]] bool write_records(S& store, record_legs const& legs, direction const& d)
+{
+  auto const sources = legs.sources();
+  if constexpr (keyed_record_store<S>) {
+    if (!d.keys.empty()) {
+      return store.write(legs.to, std::span<std::byte const* const>{sources}, std::span<std::uint64_t const>{d.keys},
+                         std::span<std::uint64_t const>{d.parent_keys}, std::span<std::int32_t const>{d.ids});
+    }
+  }
+  return store.write(legs.to, std::span<std::byte const* const>{sources});
+}
+
+}  // namespace detail
+
+}  // namespace strata

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * @file cache/policies.hpp
+ * @brief What a `cache_controller` is composed of: the `cache_policies` concept (tiers, scheduler,
+ *        executor), the bundle of a CPU engine (`cpu_policies`), and the CPU `wait_layer`.
+ *
+ * A bundle names three types; the controller owns one of each. GPU engines use `gpu_policies`
+ * (`cache/gpu_policies.cuh`), the simulator `sim::sim_policies`.
+ */
+#pragma once
+
+#include <strata/cache/executor.hpp>
+#include <strata/cache/requests.hpp>
+#include <strata/error.hpp>
+#include <strata/layout/layer_first.hpp>
+#include <strata/layout/layout.hpp>
+#include <strata/sched/scheduler.hpp>
+#include <strata/sched/strata_scheduler.hpp>
+#include <strata/tier/device_pool.hpp>
+#include <strata/tier/host_pool.hpp>
+#include <strata/tier/tier_stack.hpp>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace strata {
+
+/**
+ * @brief A policy bundle: `P::tiers` (a `tier_stack`), `P::scheduler` (a `scheduler_strategy`),
+ *        `P::executor` (a `copy_executor` over the tiers).
+ */
+template <class P>
+concept cache_policies = requires {
+  typename P::tiers;
+  typename P::scheduler;
+  typename P::executor;
+} && scheduler_strategy<typename P::scheduler> && copy_executor<typename P::executor, typename P::tiers>;
+
+/**
+ * @brief The bundle of a CPU engine: the engine's pool in `Layout` (host memory), a `host_pool`
+ *        tier, the strategy `Scheduler`, `cpu_executor` (copies on the calling thread).
+ * @tparam Layout the engine's `kv_layout`
+ * @tparam Scheduler a `scheduler_strategy` (default: `strata_scheduler`: delay hits, balance, bubbles)
+ */
+template <kv_layout Layout, scheduler_strategy Scheduler = strata_scheduler>
+struct cpu_policies {
+  using tiers = tier_stack<device_pool<Layout>, host_pool>;  ///< device and host tiers
+  using scheduler = Scheduler;                               ///< the strategy
+  using executor = cpu_executor;                             ///< memcpy on the calling thread
+};
+static_assert(cache_policies<cpu_policies<layer_first>>);
+
+/**
+ * @brief The CPU engine's counterpart of the GPU `wait_layer` (`cache/gpu_policies.cuh`), so that
+ *        engine code reads alike on both: `cpu_executor` copies at once, so nothing is left to wait
+ *        for. @return false when the batch's loads, or an earlier batch's it reads, failed (call
+ *        `complete`/`poll`: the controller sends the requests back to wait)
+ * @throw strata::invalid_argument for a negative layer
+ */
+inline bool wait_layer(load_handle<cpu_executor::handle_type> const& loads, std::int64_t layer,
+                       cpu_executor::stream_type = {})
+{
+  STRATA_EXPECTS(layer >= 0, "wait_layer: layer must not be negative, got ", layer);
+  auto const ok = [](cpu_executor::handle_type const& h) { return !h.failed; };
+  return std::all_of(loads.after.begin(), loads.after.end(), ok) && (!loads.transfer || ok(*loads.transfer));
+}
+
+}  // namespace strata
