@@ -17,7 +17,9 @@
 
 #include <benchmark/benchmark.h>
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -25,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <random>
 #include <string>
@@ -47,12 +50,15 @@ fs::path bench_dir()
 
 /// Page-aligned host memory (as a pinned host pool's records), random bytes.
 struct host_memory {
-  strata::detail::aligned_buffer buffer;
+  struct deleter {
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{4096}); }
+  };
+  std::unique_ptr<std::byte, deleter> buffer;
   explicit host_memory(std::size_t bytes)
+      : buffer{static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}))}
   {
-    buffer.ensure(bytes);
     std::mt19937_64 rng{7};
-    auto* p = reinterpret_cast<std::uint64_t*>(buffer.data());
+    auto* p = reinterpret_cast<std::uint64_t*>(buffer.get());
     for (std::size_t i = 0; i < bytes / 8; ++i) {
       p[i] = rng();
     }
@@ -62,7 +68,18 @@ struct host_memory {
 /// The store, its records, and the reference file of the same size.
 struct setup {
   std::unique_ptr<strata::file_store> store;
-  strata::detail::unique_fd reference;
+  /// A descriptor closed on destruction.
+  struct owned_fd {
+    int fd = -1;
+    owned_fd() = default;
+    owned_fd(owned_fd const&) = delete;
+    owned_fd& operator=(owned_fd const&) = delete;
+    ~owned_fd()
+    {
+      if (fd >= 0) { ::close(fd); }
+    }
+    [[nodiscard]] int get() const noexcept { return fd; }
+  } reference;
   std::vector<std::int64_t> slots, shuffled;
   std::vector<std::byte*> records, shuffled_records;
   std::vector<std::uint64_t> keys, shuffled_keys;
@@ -72,7 +89,7 @@ struct setup {
 std::byte* shared_memory()
 {
   static host_memory memory{static_cast<std::size_t>(batch_bytes)};
-  return memory.buffer.data();
+  return memory.buffer.get();
 }
 
 setup& make_setup(std::string const& name, strata::kv_geometry const& g)
@@ -111,7 +128,7 @@ setup& make_setup(std::string const& name, strata::kv_geometry const& g)
     std::perror("bench_file_store: reference file");
     std::exit(1);
   }
-  s.reference = strata::detail::unique_fd{fd};
+  s.reference.fd = fd;
   if (::posix_fallocate(fd, 0, static_cast<off_t>(s.bytes)) != 0) {
     std::fprintf(stderr, "bench_file_store: cannot preallocate %zu bytes in %s\n", s.bytes, dir.c_str());
     std::exit(1);

@@ -52,7 +52,7 @@ int main()
 
   // Engine: SGLang-style per-layer K and V tensors of 512 pages each.
   std::int64_t const device_pages = 512;
-  std::vector<detail::device_buffer> k, v;
+  std::vector<device_buffer> k, v;
   std::vector<std::byte*> k_ptr, v_ptr;
   for (std::int64_t l = 0; l < g.layers; ++l) {
     k.emplace_back(std::size_t(device_pages * g.block_bytes()));
@@ -66,16 +66,16 @@ int main()
   for (std::int64_t i = 0; i < prefix_pages; ++i) {
     pages.push_back({slots[std::size_t(i)], 3 * i + 1});
   }
-  detail::device_buffer device_pages_list(pages.size() * sizeof(page_pair));
+  device_buffer device_pages_list(pages.size() * sizeof(page_pair));
   STRATA_CUDA_TRY(cudaMemcpy(device_pages_list.data(), pages.data(), device_pages_list.size(), cudaMemcpyHostToDevice));
-  detail::device_buffer checksum(sizeof(unsigned long long));
+  device_buffer checksum(sizeof(unsigned long long));
 
   gpu_assisted loader{default_load_config};
   unsigned long long const expected = 0x0101010101010101ull * (std::uint64_t(prefix_pages) * g.page_bytes() / 8);
   // Loads on `copy`, attention on `compute`, each layer's attention waiting for that layer only.
   auto load_and_attend = [&](cudaStream_t copy, cudaStream_t compute, char const* how) -> bool {
     STRATA_CUDA_TRY(cudaMemsetAsync(checksum.data(), 0, checksum.size(), compute));
-    detail::cuda_event start{true}, end{true};
+    cuda_event start{true}, end{true};
     start.record(copy);
     transfer_handle const h =
         submit(loader, copy_plan{host.layout(), engine, std::span<page_pair const>{pages}, layer_range::all(g)}, copy);
@@ -102,7 +102,7 @@ int main()
   // 1. Plain streams: the copy kernels hold 2 SMs; the engine sizes its GEMMs to the rest.
   std::printf("copy kernels hold %d SMs; size GEMMs with cublasSetSmCountTarget(handle, %d)\n", loader.config().ctas,
               sms_left_for_compute(loader.config()));
-  detail::cuda_stream copy_stream, compute_stream;
+  cuda_stream copy_stream, compute_stream;
   bool ok = load_and_attend(copy_stream.get(), compute_stream.get(), nullptr);
   ok = load_and_attend(copy_stream.get(), compute_stream.get(), "streams") && ok;
 

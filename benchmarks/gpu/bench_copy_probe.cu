@@ -74,7 +74,7 @@ template <int V, int Unroll>
 double run(int ctas, int threads, std::byte* const* src, std::byte* const* dst, int blocks, int vectors,
            std::size_t bytes, cudaStream_t s)
 {
-  detail::cuda_event a{true}, b{true};
+  cuda_event a{true}, b{true};
   std::vector<double> v;
   for (int r = -1; r < 5; ++r) {
     a.record(s);
@@ -93,11 +93,11 @@ int main()
 {
   std::size_t const block = 64 << 10, bytes = std::size_t{1} << 30;
   int const blocks = int(bytes / block);
-  detail::pinned_buffer host(bytes);
-  detail::device_buffer dev(2 * bytes);
+  pinned_buffer host(bytes);
+  device_buffer dev(2 * bytes);
   std::memset(host.data(), 7, bytes);
-  detail::cuda_stream stream;
-  detail::cuda_event a{true}, b{true};
+  cuda_stream stream;
+  cuda_event a{true}, b{true};
   std::vector<double> ref;
   for (int r = -1; r < 5; ++r) {
     a.record(stream.get());
@@ -122,7 +122,7 @@ int main()
     straight[std::size_t(i)] = dev.data() + std::size_t(i) * block;
     scattered[std::size_t(i)] = dev.data() + std::size_t(perm[std::size_t(i)]) * block;
   }
-  detail::device_buffer lists(3 * std::size_t(blocks) * sizeof(std::byte*));
+  device_buffer lists(3 * std::size_t(blocks) * sizeof(std::byte*));
   auto* d_src = reinterpret_cast<std::byte**>(lists.data());
   auto* d_straight = d_src + blocks;
   auto* d_scattered = d_straight + blocks;

@@ -45,12 +45,12 @@ using namespace strata;
 
 namespace {
 
-#define BENCH_CUBLAS(call)                                                                        \
-  do {                                                                                            \
-    cublasStatus_t const s_ = (call);                                                             \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                            \
-      throw cuda_error(detail::concat("cuBLAS call ", #call, " failed: ", static_cast<int>(s_))); \
-    }                                                                                             \
+#define BENCH_CUBLAS(call)                                                                                    \
+  do {                                                                                                        \
+    cublasStatus_t const s_ = (call);                                                                         \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                        \
+      throw cuda_error(std::string{"cuBLAS call " #call " failed: "} + std::to_string(static_cast<int>(s_))); \
+    }                                                                                                         \
   } while (0)
 
 __global__ void fill_bf16(__nv_bfloat16* p, std::size_t n, std::uint32_t seed)
@@ -77,10 +77,10 @@ class llama_gemms {
   explicit llama_gemms(int tokens) : m_{tokens}
   {
     BENCH_CUBLAS(cublasCreate(&handle_));
-    workspace_ = detail::device_buffer(std::size_t{32} << 20);  // explicit: graph capture needs it
+    workspace_ = device_buffer(std::size_t{32} << 20);  // explicit: graph capture needs it
     BENCH_CUBLAS(cublasSetWorkspace(handle_, workspace_.data(), workspace_.size()));
     auto make = [](std::size_t elems, std::uint32_t seed) {
-      detail::device_buffer b(elems * 2);
+      device_buffer b(elems * 2);
       fill_bf16<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(b.data()), elems, seed);
       return b;
     };
@@ -145,7 +145,7 @@ class llama_gemms {
   }
 
   // Y (n x m) = W (n x k) * X (k x m), column-major, bf16 in and out, fp32 accumulation.
-  void gemm(detail::device_buffer const& w, detail::device_buffer const& x, detail::device_buffer& y, int n, int k)
+  void gemm(device_buffer const& w, device_buffer const& x, device_buffer& y, int n, int k)
   {
     float const alpha = 1, beta = 0;
     BENCH_CUBLAS(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, n, m_, k, &alpha, w.data(), CUDA_R_16BF, n, x.data(),
@@ -155,9 +155,9 @@ class llama_gemms {
 
   int m_;
   cublasHandle_t handle_{};
-  detail::device_buffer workspace_;
+  device_buffer workspace_;
   std::map<std::tuple<int, int, cudaStream_t>, cudaGraphExec_t> graphs_;
-  detail::device_buffer x_, h_, y_, w_qkv_, w_o_, w_gu_, w_d_;
+  device_buffer x_, h_, y_, w_qkv_, w_o_, w_gu_, w_d_;
 };
 
 using load_plan = copy_plan<page_first_chunked, layer_first>;
@@ -195,7 +195,7 @@ double time_compute(workload const& w, cudaStream_t s, int passes)
 {
   w.gemms->prepare(passes, 0, s);
   settle();
-  detail::cuda_event a{true}, b{true};
+  cuda_event a{true}, b{true};
   a.record(s);
   w.gemms->run(s, passes);
   b.record(s);
@@ -211,7 +211,7 @@ std::pair<double, double> with_loads(workload const& w, option const& o, load_pl
   use_partition_streams(o, compute, load_stream);
   w.gemms->prepare(w.passes, o.sm_target, compute);
   settle();
-  detail::cuda_event go{true}, a{true}, b{true};
+  cuda_event go{true}, a{true}, b{true};
   sleep_kernel<<<1, 1, 0, gate>>>(2'000'000);  // 2 ms to submit the first loads
   go.record(gate);
   STRATA_CUDA_TRY(cudaStreamWaitEvent(compute, go.get(), 0));
@@ -219,7 +219,7 @@ std::pair<double, double> with_loads(workload const& w, option const& o, load_pl
   a.record(compute);
   w.gemms->run(compute, w.passes, o.sm_target);
   b.record(compute);
-  std::vector<detail::cuda_event> done;
+  std::vector<cuda_event> done;
   while (cudaEventQuery(b.get()) == cudaErrorNotReady) {
     o.submit(plan, load_stream).wait(load_stream);
     done.emplace_back(true);
@@ -245,7 +245,7 @@ double makespan(option const& o, load_plan const& plan, workload const* w, int p
   use_partition_streams(o, compute, load_stream);
   if (w != nullptr) { w->gemms->prepare(passes, o.sm_target, compute); }
   settle();
-  detail::cuda_event go{true}, load_end{true}, compute_end{true};
+  cuda_event go{true}, load_end{true}, compute_end{true};
   sleep_kernel<<<1, 1, 0, gate>>>(3'000'000);  // 3 ms for the CPU to enqueue everything
   go.record(gate);
   STRATA_CUDA_TRY(cudaStreamWaitEvent(load_stream, go.get(), 0));
@@ -265,7 +265,7 @@ int main(int argc, char** argv)
   bool const quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   int const reps = quick ? 2 : 3;
   STRATA_CUDA_TRY(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
-  int const sms = detail::sm_count();
+  int const sms = sm_count();
   cudaDeviceProp prop{};
   STRATA_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
   std::printf("# bench_interference on %s (%d SMs), %d repetitions, median\n", prop.name, sms, reps);
@@ -274,7 +274,7 @@ int main(int argc, char** argv)
   // take the rest (a load feeding the next prefill is on the critical path).
   int low = 0, high = 0;
   STRATA_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&low, &high));
-  detail::cuda_stream compute{low}, load_stream{high}, gate;
+  cuda_stream compute{low}, load_stream{high}, gate;
   std::optional<sm_partition> partition;
   if (sm_partition::supported()) { partition.emplace(2, -1, high, low); }
   submit_thread thread;
@@ -297,7 +297,7 @@ int main(int argc, char** argv)
     for (std::int64_t p = 0; p < n; ++p) {
       std::memset(host.page_data(p), int(p % 251) + 1, std::size_t(g.page_bytes()));
     }
-    detail::device_buffer dev(std::size_t(2 * n * g.page_bytes()));
+    device_buffer dev(std::size_t(2 * n * g.page_bytes()));
     layer_first const device{dev.data(), g, 2 * n};
     std::vector<std::int64_t> slots(std::size_t(2 * n));
     std::iota(slots.begin(), slots.end(), 0);
@@ -368,7 +368,7 @@ int main(int argc, char** argv)
     {
       std::vector<double> v;
       for (int r = -1; r < reps; ++r) {
-        detail::cuda_event a{true}, b{true};
+        cuda_event a{true}, b{true};
         a.record(load_stream.get());
         STRATA_CUDA_TRY(cudaMemcpyAsync(dev.data(), host.page_data(0), std::size_t(plan.bytes()), cudaMemcpyDefault,
                                         load_stream.get()));
@@ -387,7 +387,7 @@ int main(int argc, char** argv)
     for (std::size_t i = 0; i < options.size(); ++i) {
       std::vector<double> ms, cpu;
       for (int r = -1; r < reps; ++r) {
-        detail::cuda_event a{true}, b{true};
+        cuda_event a{true}, b{true};
         a.record(load_stream.get());
         double const c0 = bench::thread_cpu_seconds();
         auto const h = options[i].submit(plan, load_stream.get());

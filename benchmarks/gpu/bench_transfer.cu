@@ -71,7 +71,7 @@ class sampled_check {
       longest = std::max(longest, r.bytes);
     }
     if (static_cast<std::int64_t>(poison_.size()) < longest) {
-      poison_ = detail::pinned_buffer{static_cast<std::size_t>(longest)};
+      poison_ = pinned_buffer{static_cast<std::size_t>(longest)};
       std::memset(poison_.data(), 0xA5, poison_.size());
     }
     // From pinned memory, cudaMemcpy returns once the bytes have landed.
@@ -97,7 +97,7 @@ class sampled_check {
   copy_plan<Src, Dst> plan_;
   std::mt19937_64& rng_;
   std::vector<copy_run> runs_;
-  detail::pinned_buffer poison_;
+  pinned_buffer poison_;
 };
 
 /// Runs `go(stream) -> transfer_handle` `reps` times (after one warm-up); medians. `ok` is false if
@@ -105,7 +105,7 @@ class sampled_check {
 template <class Go, class Check>
 measured time_transfer(Go&& go, Check& check, std::int64_t bytes, int reps, cudaStream_t stream, bool& ok)
 {
-  detail::cuda_event start{true}, stop{true};
+  cuda_event start{true}, stop{true};
   std::vector<double> gbps, caller, process;
   for (int r = -1; r < reps; ++r) {
     STRATA_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -143,7 +143,7 @@ measured time_unchecked(Go&& go, std::int64_t bytes, int reps, cudaStream_t stre
 /// One contiguous copy of `bytes` (the link's practical ceiling), median GB/s.
 double contiguous_gbps(void* dst, void const* src, std::int64_t bytes, int reps, cudaStream_t stream)
 {
-  detail::cuda_event start{true}, stop{true};
+  cuda_event start{true}, stop{true};
   std::vector<double> v;
   for (int r = -1; r < reps; ++r) {
     start.record(stream);
@@ -222,7 +222,7 @@ int main(int argc, char** argv)
       "transfer.csv",
       "model,kv_heads,page_tokens,context,direction,backend,GBps,vs_contiguous,caller_cpu_ms,process_cpu_ms,"
       "contiguous_GBps,check"};
-  detail::cuda_stream stream;
+  cuda_stream stream;
   submit_thread thread;
   std::mt19937_64 rng{2026};
   table rows{csv, thread, rng, stream.get()};
@@ -242,7 +242,7 @@ int main(int argc, char** argv)
         std::int64_t const n = context / page;
         pinned_host_pool pool{g, n, {.chunk_bytes = n * g.page_bytes()}};  // one chunk: contiguous reference
         auto const host = pool.layout();
-        detail::device_buffer dev(static_cast<std::size_t>(2 * n * g.page_bytes()));
+        device_buffer dev(static_cast<std::size_t>(2 * n * g.page_bytes()));
         layer_first const device{dev.data(), g, 2 * n};
         {  // non-zero data
           auto* w = reinterpret_cast<std::uint64_t*>(host.page_data(0));
@@ -321,7 +321,7 @@ int main(int argc, char** argv)
       load_map.push_back({i, slots[static_cast<std::size_t>(i)]});
       backup_map.push_back({slots[static_cast<std::size_t>(i)], i});
     }
-    auto bench_device = [&](auto const& device, detail::device_buffer const& dev) {
+    auto bench_device = [&](auto const& device, device_buffer const& dev) {
       copy_plan const load{host, device, std::span<page_pair const>{load_map}, layer_range::all(g)};
       copy_plan const backup{device, host, std::span<page_pair const>{backup_map}, layer_range::all(g)};
       std::int64_t const bytes = load.bytes();
@@ -343,7 +343,7 @@ int main(int argc, char** argv)
     if (transpose) {
       std::int64_t const per_sequence = 16, capacity = per_sequence * page, batch = 2 * n / per_sequence;
       std::int64_t const tensor = batch * g.kv_heads * capacity * g.head_bytes();
-      detail::device_buffer dev(static_cast<std::size_t>(g.layers * g.planes * tensor));
+      device_buffer dev(static_cast<std::size_t>(g.layers * g.planes * tensor));
       std::vector<std::byte*> keys, values;
       for (std::int64_t l = 0; l < g.layers; ++l) {
         keys.push_back(dev.data() + 2 * l * tensor);
@@ -351,7 +351,7 @@ int main(int argc, char** argv)
       }
       bench_device(hf_layout{keys, values, g, batch, capacity}, dev);
     } else {
-      detail::device_buffer dev(static_cast<std::size_t>(2 * n * g.page_bytes()));
+      device_buffer dev(static_cast<std::size_t>(2 * n * g.page_bytes()));
       bench_device(layer_first{dev.data(), g, 2 * n}, dev);
     }
   }
@@ -364,7 +364,7 @@ int main(int argc, char** argv)
     kv_geometry const g = models::llama31_8b.geometry(32, 2, tp);
     std::int64_t const n = 8192 / 32;
     pinned_host_pool pool{g, n, {.chunk_bytes = n * g.page_bytes()}};
-    detail::device_buffer dev(static_cast<std::size_t>(2 * n * g.page_bytes()));
+    device_buffer dev(static_cast<std::size_t>(2 * n * g.page_bytes()));
     layer_first const device{dev.data(), g, 2 * n};
     std::vector<page_pair> map;
     for (std::int64_t i = 0; i < n; ++i) {

@@ -2,7 +2,7 @@
 // Shared by the GPU benchmarks: timing with CUDA events, medians, thread CPU time, output.
 #pragma once
 
-#include <strata/detail/cuda.cuh>
+#include <strata/cuda.cuh>
 
 #include <algorithm>
 #include <cstdio>

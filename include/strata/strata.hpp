@@ -2,7 +2,8 @@
 /**
  * @file strata.hpp
  * @brief Umbrella header: every public host-only part of strata (device parts are in `.cuh`
- *        headers: `strata/cache/gpu_executor.cuh` for the GPU engine loop).
+ *        headers: `strata/cache/gpu_policies.cuh` for the GPU engine loop). A test checks that it
+ *        lists every public `.hpp` (tests/headers/check_layers.cmake).
  *
  * The entry point is `strata::cache_controller` (`strata/cache/controller.hpp`).
  */
@@ -10,14 +11,18 @@
 
 #include <strata/cache/controller.hpp>
 #include <strata/cache/executor.hpp>
+#include <strata/cache/policies.hpp>
+#include <strata/cache/requests.hpp>
 #include <strata/config.hpp>
 #include <strata/error.hpp>
 #include <strata/geometry.hpp>
 #include <strata/index/hiradix_tree.hpp>
+#include <strata/index/page_key.hpp>
 #include <strata/layout/engine.hpp>
 #include <strata/layout/layer_first.hpp>
 #include <strata/layout/layout.hpp>
 #include <strata/layout/page_first.hpp>
+#include <strata/presets/h200.hpp>
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/cost_model.hpp>
 #include <strata/sched/scheduler.hpp>
@@ -28,7 +33,9 @@
 #include <strata/sim/workload.hpp>
 #include <strata/tier/concepts.hpp>
 #include <strata/tier/device_pool.hpp>
+#include <strata/tier/file_store.hpp>
 #include <strata/tier/host_pool.hpp>
+#include <strata/tier/io_backend.hpp>
 #include <strata/tier/slot_allocator.hpp>
 #include <strata/tier/tier_stack.hpp>
 #include <strata/transfer/choice.hpp>

@@ -2,27 +2,28 @@
 // The GPU controllers of the Python module (see gpu.hpp). Compiled by nvcc without nanobind.
 #include "gpu.hpp"
 
-#include <strata/cache/gpu_executor.cuh>
+#include <strata/cache/gpu_policies.cuh>
 #include <strata/tier/pinned_host_pool.cuh>
 #include <strata/transfer/dma_copy.cuh>
 
 #include <type_traits>
 
 #include "controller_impl.hpp"
+#include "text.hpp"
 
 namespace strata::python {
 namespace {
 
 struct gpu_hooks {
   static constexpr char const* name = "gpu";
-  static cudaStream_t to_stream(std::uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
+  static cuda::stream_ref to_stream(std::uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
   static bool wait_layer(gpu_executor const&, load_handle<transfer_handle> const& h, std::int64_t layer,
                          std::uintptr_t stream)
-  { return strata::wait_layer(h, layer, cuda::stream_ref{to_stream(stream)}); }
+  { return strata::wait_layer(h, layer, to_stream(stream)); }
   static void wait_after(prefill_result<transfer_handle> const& r, std::uintptr_t stream)
   {
     for (auto const& h : r.after) {
-      if (h.valid() && !h.failed()) { h.wait(cuda::stream_ref{to_stream(stream)}); }
+      if (h.valid() && !h.failed()) { h.wait(to_stream(stream)); }
     }
   }
   static void set_activity(gpu_executor& e, int activity, double compute_ms)
@@ -54,8 +55,8 @@ gpu_executor_config executor_config(gpu_options const& o)
   c.staged_loads = o.staged_loads;
   c.dma_submit_thread = o.dma_submit_thread;
   c.cpu_weight = o.cpu_weight;
-  c.load_stream = reinterpret_cast<cudaStream_t>(o.load_stream);
-  c.copy_stream = reinterpret_cast<cudaStream_t>(o.copy_stream);
+  if (o.load_stream != 0) { c.load_stream = cuda::stream_ref{reinterpret_cast<cudaStream_t>(o.load_stream)}; }
+  if (o.copy_stream != 0) { c.copy_stream = cuda::stream_ref{reinterpret_cast<cudaStream_t>(o.copy_stream)}; }
   return c;
 }
 
@@ -69,7 +70,7 @@ std::unique_ptr<controller_api> make_gpu_controller(layer_first_table const& poo
   pinned.allocation = gpu.registered_host_memory ? pinned_allocation::registered : pinned_allocation::host_alloc;
   kv_geometry const g = pool.geometry();
   if (file != nullptr) {
-    using controller = cache_controller<gpu_policies<layer_first_table, file_store&>>;
+    using controller = cache_controller<gpu_policies<layer_first_table, strata_scheduler, file_store&>>;
     return std::make_unique<controller_impl<controller, gpu_hooks>>(
         controller::tiers_type{device_pool<layer_first_table>{pool}, pinned_host_pool{g, host_pages, pinned}, *file},
         options, strata_scheduler{}, gpu_executor{executor_config(gpu)});
@@ -120,13 +121,13 @@ class copier_impl final : public gpu_copier_api {
           using S = std::decay_t<decltype(s)>;
           using D = std::decay_t<decltype(d)>;
           if constexpr (!std::is_same_v<S, page_first> && !std::is_same_v<D, page_first>) {
-            throw invalid_argument(detail::concat("strata: ", B::name,
-                                                  ": one side of a copy must be page_first (the host tier's records)"));
-          } else if constexpr (!requires(B& b, copy_plan<S, D> const& p, cudaStream_t st,
+            throw invalid_argument(
+                text("strata: ", B::name, ": one side of a copy must be page_first (the host tier's records)"));
+          } else if constexpr (!requires(B& b, copy_plan<S, D> const& p, cuda::stream_ref st,
                                          std::span<cudaEvent_t const> ev) { b.enqueue(p, st, ev); }) {
-            throw invalid_argument(detail::concat("strata: ", B::name,
-                                                  " does not move this pair of layouts (staged: "
-                                                  "records, page_first, on one side; the other in device memory)"));
+            throw invalid_argument(text("strata: ", B::name,
+                                        " does not move this pair of layouts (staged: "
+                                        "records, page_first, on one side; the other in device memory)"));
           } else {
             copy_plan<S, D> const plan{s, d, pages, layers};
             transfer_handle h = strata::submit(*b_, plan, cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)},
@@ -167,8 +168,8 @@ std::unique_ptr<gpu_copier_api> make_gpu_copier(copier_kind kind, int ctas)
     case copier_kind::dma_copy:
       return std::make_unique<copier_impl<dma_copy>>(std::make_shared<dma_copy>());
   }
-  throw invalid_argument(detail::concat("strata: gpu_copier: unknown backend ", int(kind),
-                                        " (0 gpu_assisted, 1 dma_batch, 2 staged, 3 dma_copy)"));
+  throw invalid_argument(
+      text("strata: gpu_copier: unknown backend ", int(kind), " (0 gpu_assisted, 1 dma_batch, 2 staged, 3 dma_copy)"));
 }
 
 std::unique_ptr<pinned_pool_api> make_pinned_pool(kv_geometry const& geometry, std::int64_t pages, bool registered)

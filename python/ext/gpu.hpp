@@ -36,7 +36,7 @@ struct gpu_options {
 
 /**
  * @brief A `cache_controller<gpu_policies<layer_first_table>>`, or with `file` a
- *        `cache_controller<gpu_policies<layer_first_table, file_store&>>`.
+ *        `cache_controller<gpu_policies<layer_first_table, strata_scheduler, file_store&>>`.
  * @param pool the engine's pool: device pointers
  * @param host_pages records of the pinned host tier
  * @param file the file tier (outlives the controller), or null

@@ -6,7 +6,7 @@
 #include "../support/catch.hpp"
 #include "../support/pools.hpp"
 
-#include <strata/detail/cuda.cuh>
+#include <strata/cuda.cuh>
 #include <strata/transfer/backend.cuh>
 
 #include <chrono>
@@ -99,8 +99,8 @@ class stream_gate {
   std::thread thread_;
 };
 
-using device_storage = detail::device_buffer;
-using pinned_storage = detail::pinned_buffer;
+using device_storage = device_buffer;
+using pinned_storage = pinned_buffer;
 
 template <class Storage>
 std::vector<std::byte> download(Storage const& s)

@@ -50,7 +50,7 @@ void rejected_untouched(Storage const& dev, std::vector<std::byte> const& before
 
 TEST_CASE("every kernel backend rejects a misaligned device layout before any byte moves", "[gpu][checks]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
   std::int64_t const pages = 4;
   test::device_storage dev(static_cast<std::size_t>(pages * g.page_bytes() + 64));
@@ -94,7 +94,7 @@ TEST_CASE("head rows that are not whole 16-byte vectors are rejected by kernel b
   kv_geometry const g{3, 4, 2, 4, 2, 2};
   REQUIRE(g.head_bytes() == 8);
   REQUIRE(g.block_bytes() % 16 == 0);
-  detail::cuda_stream stream;
+  cuda_stream stream;
   std::int64_t const pages = 6;
   test::device_storage dev(static_cast<std::size_t>(pages * g.page_bytes()));
   test::pinned_storage host(static_cast<std::size_t>(pages * g.page_bytes()));
@@ -129,7 +129,7 @@ TEST_CASE("head rows that are not whole 16-byte vectors are rejected by kernel b
 
 TEST_CASE("pageable host memory is rejected by kernel backends; registered memory is accepted", "[gpu][checks]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
   std::int64_t const pages = 4;
   std::vector<page_pair> const map{{0, 2}, {1, 3}, {3, 0}};

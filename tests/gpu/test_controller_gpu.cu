@@ -9,7 +9,7 @@
 #include "../support/kv_content.hpp"
 #include "gpu_support.cuh"
 
-#include <strata/cache/gpu_executor.cuh>
+#include <strata/cache/gpu_policies.cuh>
 
 #include <filesystem>
 #include <map>
@@ -63,7 +63,7 @@ bool block_ok(std::byte const* b, std::uint64_t key, std::int64_t layer, std::in
 }
 
 /// The prefetch policy the engines below run with (the file-tier case runs both ways).
-prefetch_policy engine_prefetch = prefetch_policy::best_effort;
+prefetch_mode engine_prefetch = prefetch_mode::best_effort;
 
 cost_model reading_pays() { return test::reading_pays(geo); }
 
@@ -71,13 +71,13 @@ cost_model reading_pays() { return test::reading_pays(geo); }
 /// pinned host tier (a `file_store&`).
 template <class... Lower>
 struct basic_gpu_engine {
-  using controller = cache_controller<gpu_policies<layer_first, Lower...>>;
+  using controller = cache_controller<gpu_policies<layer_first, strata_scheduler, Lower...>>;
 
   std::mt19937_64 rng;
   std::int64_t device_pages;
   test::device_storage memory;
   layer_first layout;
-  detail::cuda_stream compute;
+  cuda_stream compute;
   controller cache;
   std::vector<tokens_t> documents;
   struct req {
@@ -115,7 +115,7 @@ struct basic_gpu_engine {
   static controller_options options()
   {
     controller_options o;
-    o.policy = write_policy::write_through;
+    o.backup_policy = write_policy::write_through;
     o.delay_hit_tokens = 32;
     o.prefetch = engine_prefetch;
     o.costs = reading_pays();
@@ -393,10 +393,10 @@ TEST_CASE("gpu_executor: the choice follows block size and activity", "[gpu][con
   CHECK(e.choose(copy_kind::load, gib, 8 << 10) == gpu_backend::gpu_assisted);  // 8 KiB blocks: DMA is CPU-bound
   e.set_activity(gpu_activity::prefill);
   CHECK(e.choose(copy_kind::load, gib, 64 << 10) == gpu_backend::dma_batch);
-  CHECK(e.choose(copy_kind::copy, gib, 4 << 10) == gpu_backend::gpu_assisted);
+  CHECK(e.choose(copy_kind::background, gib, 4 << 10) == gpu_backend::gpu_assisted);
   e.set_activity(gpu_activity::decode);
-  CHECK(e.choose(copy_kind::copy, gib, 4 << 10) == gpu_backend::staged);  // records keep the link full
-  CHECK(e.choose(copy_kind::copy, gib, 4 << 10, false) == gpu_backend::gpu_assisted);
+  CHECK(e.choose(copy_kind::background, gib, 4 << 10) == gpu_backend::staged);  // records keep the link full
+  CHECK(e.choose(copy_kind::background, gib, 4 << 10, false) == gpu_backend::gpu_assisted);
 }
 
 TEST_CASE("gpu_executor: a refused submission fails its handle, never throws", "[gpu][controller]")
@@ -435,7 +435,7 @@ TEST_CASE("gpu controller: a stream of another device is refused before anything
   batch_plan const plan = e.cache.schedule({4096, 0, 0, 0});
   REQUIRE(plan.prefills.size() == 1);
   STRATA_CUDA_TRY(cudaSetDevice(1));
-  detail::cuda_stream other;
+  cuda_stream other;
   STRATA_CUDA_TRY(cudaSetDevice(0));
   auto const before = e.cache.stats();
   STRATA_REQUIRE_THROWS(invalid_argument, "belongs to device 1", e.cache.begin_loads(plan, other.get()));
@@ -460,7 +460,7 @@ TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the
   int const rounds = std::getenv("STRATA_GPU_TEST_QUICK") != nullptr ? 12 : 40;
   for (gpu_backend b : {gpu_backend::gpu_assisted, gpu_backend::dma_batch}) {
     INFO("backend " << to_string(b));
-    engine_prefetch = b == gpu_backend::gpu_assisted ? prefetch_policy::off : prefetch_policy::best_effort;
+    engine_prefetch = b == gpu_backend::gpu_assisted ? prefetch_mode::off : prefetch_mode::best_effort;
     file_store_options o;
     o.directory = dir.string();
     file_store disk{geo, 512, o};
@@ -473,7 +473,7 @@ TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the
                                   << s.hit_tokens[1] << "/" << s.hit_tokens[2] << "; bytes file->device "
                                   << s.bytes_moved[2][0] << ", host->file " << s.bytes_moved[1][2]);
     CHECK(e.checked_pages > 100);
-    if (engine_prefetch == prefetch_policy::off) {
+    if (engine_prefetch == prefetch_mode::off) {
       CHECK(s.hit_tokens[2] > 0);  // loads from the file tier happened
     } else {
       CHECK(s.prefetched_pages > 0);  // prefetches from the file tier happened
@@ -482,6 +482,6 @@ TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the
     CHECK(s.failed_transfers == 0);
     CHECK(e.cache.executor().stats().failed_submissions == 0);
   }
-  engine_prefetch = prefetch_policy::best_effort;
+  engine_prefetch = prefetch_mode::best_effort;
   fs::remove_all(dir);
 }

@@ -82,7 +82,7 @@ std::vector<std::int64_t> const wrap_sizes{1, 44'800, 1, 25'600, 16'000, 25'600}
 template <class Submit>
 void held_wrap_sequence(ring_case& c, Submit&& submit)
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   test::stream_gate gate;
   std::vector<transfer_handle> handles;
   for (std::size_t i = 0; i < c.sizes.size(); ++i) {
@@ -126,7 +126,7 @@ TEST_CASE("per-layer jobs on a submit thread wrap the ring many times and stay e
   ring_case c{g, 20'000, {6'000, 2'500, 6'000, 2'500, 6'000, 2'500, 6'000}, 4};
   gpu_assisted b;
   submit_thread thread;
-  detail::cuda_stream stream;
+  cuda_stream stream;
   test::stream_gate gate;
   gate.hold(stream.get());  // the thread's stream waits for the caller's: every upload is held
   std::vector<transfer_handle> handles;
@@ -145,7 +145,7 @@ TEST_CASE("the ring grows while transfers are in flight", "[gpu][ring][gpu_assis
   // 1 pair, then 100,000 pairs (1.6 MB: the 1 MiB ring grows), then small ones again, all in flight.
   ring_case c{tiny, 30'000, {1, 100'000, 3, 70'000, 5}, 5};
   gpu_assisted b;
-  detail::cuda_stream stream;
+  cuda_stream stream;
   test::stream_gate gate;
   gate.hold(stream.get());
   std::vector<transfer_handle> handles;
@@ -170,7 +170,7 @@ TEST_CASE("transfers in flight together on one backend, on two streams, with tho
     std::int64_t const pages = geo.page_bytes() > 4096 ? 1'000 : 12'000;
     std::vector<std::int64_t> sizes{pages / 4, pages / 2, pages / 8, pages / 8};
     ring_case c{geo, pages, sizes, 6};
-    detail::cuda_stream s1, s2;
+    cuda_stream s1, s2;
     gpu_assisted k;
     staged st;
     test::stream_gate gate;
@@ -219,7 +219,7 @@ TEST_CASE("a ring whose device allocation fails is left as it was", "[gpu][ring]
   }
   CHECK(ring.size() == std::size_t{1} << 20);  // host and device views still agree
   // The ring still works: a region round-trips through its device view.
-  detail::cuda_stream stream;
+  cuda_stream stream;
   auto const r = ring.acquire(std::size_t{512} << 10);
   std::vector<std::byte> bytes(r.bytes);
   std::mt19937_64 rng{9};

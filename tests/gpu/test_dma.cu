@@ -11,7 +11,7 @@ using test::layout_kind;
 
 TEST_CASE("dma_copy round trips every layout pair bit-exactly", "[gpu][dma]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   dma_copy b;
   test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
     test::round_trip(dk, hk, g, seed, [&](auto const& plan) { return submit(b, plan, stream.get()); });
@@ -22,7 +22,7 @@ TEST_CASE("dma_batch round trips every layout pair bit-exactly", "[gpu][dma]")
 {
   INFO("driver batch API available: " << dma_batch::batch_api_available());
   CHECK(dma_batch::batch_api_available());  // CUDA 12.8+ drivers have it; the H200 runs 13.0
-  detail::cuda_stream stream;
+  cuda_stream stream;
   dma_batch batched;
   dma_batch chunked{{.descriptors_per_call = 7}};
   dma_batch fallback{{.use_batch_api = false}};
@@ -36,7 +36,7 @@ TEST_CASE("dma_batch round trips every layout pair bit-exactly", "[gpu][dma]")
 
 TEST_CASE("dma backends handle adversarial page maps", "[gpu][dma]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   dma_copy single;
   dma_batch batched;
   test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
@@ -48,7 +48,7 @@ TEST_CASE("dma backends handle adversarial page maps", "[gpu][dma]")
 
 TEST_CASE("a submit thread enqueues dma_batch off the caller's thread", "[gpu][dma][submit_thread]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   dma_batch batched;
   submit_thread thread;
   test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
@@ -68,7 +68,7 @@ __global__ void fill_kernel(std::uint32_t* p, std::size_t n, std::uint32_t value
 
 TEST_CASE("a submit thread orders the copy after earlier work on the caller's stream", "[gpu][submit_thread]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   dma_batch batched;
   submit_thread thread;
   kv_geometry const g = models::llama31_8b.geometry(32);
@@ -94,7 +94,7 @@ TEST_CASE("a submit thread orders the copy after earlier work on the caller's st
 
 TEST_CASE("a submit thread reports the backend's error to whoever waits", "[gpu][submit_thread]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   gpu_assisted b;
   submit_thread thread;
   kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);

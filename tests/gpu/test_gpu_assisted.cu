@@ -8,7 +8,7 @@ using test::layout_kind;
 
 TEST_CASE("gpu_assisted round trips every layout pair bit-exactly", "[gpu][gpu_assisted]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   gpu_assisted loads{default_load_config};
   gpu_assisted narrow{{1, 128}};
   test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
@@ -20,7 +20,7 @@ TEST_CASE("gpu_assisted round trips every layout pair bit-exactly", "[gpu][gpu_a
 
 TEST_CASE("gpu_assisted handles adversarial page maps", "[gpu][gpu_assisted]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   gpu_assisted b;
   test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
     if (g.page_tokens != 32) { return; }
@@ -30,7 +30,7 @@ TEST_CASE("gpu_assisted handles adversarial page maps", "[gpu][gpu_assisted]")
 
 TEST_CASE("gpu_assisted rejects bad plans and misaligned pools before launching", "[gpu][gpu_assisted]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   gpu_assisted b;
   kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
   test::device_storage dev(4 * g.page_bytes() + 64);
@@ -64,7 +64,7 @@ TEST_CASE("gpu_assisted rejects bad plans and misaligned pools before launching"
 
 TEST_CASE("per-layer completion lets a compute stream start on a layer that has landed", "[gpu][gpu_assisted]")
 {
-  detail::cuda_stream copy_stream, compute_stream;
+  cuda_stream copy_stream, compute_stream;
   gpu_assisted b{{1, 128}};  // slow on purpose: later layers are still in flight
   kv_geometry const g = models::llama31_8b.geometry(32);
   std::int64_t const pages = 24;  // 96 MiB

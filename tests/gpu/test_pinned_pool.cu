@@ -15,7 +15,7 @@ namespace {
 template <class Backend>
 void pool_round_trip(pinned_host_pool& pool, Backend& b, std::uint64_t seed)
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   kv_geometry const g = pool.geometry();
   page_first_chunked const host = pool.layout();
   std::mt19937_64 rng{seed};

@@ -53,8 +53,9 @@ struct sm_probe_backend {
   CUgreenCtx ctx{};
 
   template <kv_layout Src, kv_layout Dst>
-  void enqueue(copy_plan<Src, Dst> const&, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  void enqueue(copy_plan<Src, Dst> const&, cuda::stream_ref on, std::span<cudaEvent_t const> layer_events)
   {
+    cudaStream_t const stream = on.get();
     ctx = detail::green_context_of(stream);
     auto const used = sms_used(stream, blocks);
     seen.insert(used.begin(), used.end());
@@ -80,7 +81,7 @@ TEST_CASE("sm_partition rejects bad sizes before creating anything", "[gpu][sm_p
     STRATA_REQUIRE_THROWS(cuda_error, "no green contexts", sm_partition{2});
     return;
   }
-  STRATA_REQUIRE_THROWS(invalid_argument, "must leave SMs to compute", sm_partition{detail::sm_count()});
+  STRATA_REQUIRE_THROWS(invalid_argument, "must leave SMs to compute", sm_partition{sm_count()});
 }
 
 TEST_CASE("sm_partition confines each stream's kernels to its own SMs", "[gpu][sm_partition]")
@@ -89,10 +90,10 @@ TEST_CASE("sm_partition confines each stream's kernels to its own SMs", "[gpu][s
     WARN("the driver has no green contexts: nothing to test");
     return;
   }
-  int const sms = detail::sm_count();
+  int const sms = sm_count();
   // Without a partition, the probe kernel spreads over (nearly) the whole device: it can see a
   // partition that does not hold.
-  detail::cuda_stream plain;
+  cuda_stream plain;
   REQUIRE(sms_used(plain.get(), 4 * sms).size() > std::size_t(sms / 2));
 
   sm_partition const p{2};
@@ -182,7 +183,7 @@ TEST_CASE("staged relays run on the copy partition and land bit-exactly", "[gpu]
     return;
   }
   sm_partition const p{2};
-  int const sms = detail::sm_count();
+  int const sms = sm_count();
   auto const copy_sms = sms_used(p.copy_stream(), 4 * sms);
   staged st{{.chunk_bytes = 1 << 20}};
   for (auto const& g : {models::llama31_8b.geometry(16, 2, 8), models::deepseek_v3.geometry(32)}) {
@@ -208,7 +209,7 @@ TEST_CASE("staged relays run on the copy partition and land bit-exactly", "[gpu]
   CHECK(subset(relay_sms, copy_sms));
   CHECK(relay_sms.size() <= std::size_t(p.copy_sms()));
   // Back on a plain stream, the relay leaves the partition.
-  detail::cuda_stream plain;
+  cuda_stream plain;
   test::round_trip(layout_kind::layer_first, layout_kind::page_first, models::llama31_8b.geometry(16, 2, 8), 10,
                    [&](auto const& plan) -> transfer_handle {
                      using plan_type = std::decay_t<decltype(plan)>;
@@ -231,7 +232,7 @@ TEST_CASE("a submit thread issues a green-context caller's copies on that partit
     return;
   }
   sm_partition const p{2};
-  int const sms = detail::sm_count();
+  int const sms = sm_count();
   auto const copy_sms = sms_used(p.copy_stream(), 4 * sms);
   kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
   test::device_storage a(static_cast<std::size_t>(2 * g.page_bytes())), b(a.size());

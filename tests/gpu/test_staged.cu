@@ -26,7 +26,7 @@ auto staged_submitter(staged& b, cudaStream_t stream, completion c = completion:
 
 TEST_CASE("staged round trips records and every device layout bit-exactly", "[gpu][staged]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   staged roomy;
   staged tight{{.chunk_bytes = 1}};  // grown to two records: one record per chunk, many chunks
   test::for_each_case(true, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
@@ -37,7 +37,7 @@ TEST_CASE("staged round trips records and every device layout bit-exactly", "[gp
 
 TEST_CASE("staged handles adversarial page maps", "[gpu][staged]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   staged b{{.chunk_bytes = 1}};
   test::for_each_case(true, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
     if (g.page_tokens != 64) { return; }
@@ -49,7 +49,7 @@ TEST_CASE("staged serialises transfers submitted on different streams", "[gpu][s
 {
   int low = 0, high = 0;
   STRATA_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&low, &high));
-  detail::cuda_stream s1, s2{high};  // the second also moves the relay to the higher priority
+  cuda_stream s1, s2{high};  // the second also moves the relay to the higher priority
   staged b{{.chunk_bytes = 1}};
   kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
   std::int64_t const pages = 16;

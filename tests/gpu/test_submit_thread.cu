@@ -34,8 +34,9 @@ struct recording_backend {
   }
 
   template <kv_layout Src, kv_layout Dst>
-  void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  void enqueue(copy_plan<Src, Dst> const& plan, cuda::stream_ref on, std::span<cudaEvent_t const> layer_events)
   {
+    cudaStream_t const stream = on.get();
     int priority = 0;
     STRATA_CUDA_TRY(cudaStreamGetPriority(stream, &priority));
     {
@@ -61,7 +62,7 @@ struct failing_backend {
   std::int64_t fail_at;
 
   template <kv_layout Src, kv_layout Dst>
-  void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  void enqueue(copy_plan<Src, Dst> const& plan, cuda::stream_ref stream, std::span<cudaEvent_t const> layer_events)
   {
     if (plan.layers.begin <= fail_at && fail_at < plan.layers.end) {
       throw cuda_error(detail::concat("strata: test: enqueue fails at layer ", fail_at));
@@ -106,7 +107,7 @@ TEST_CASE("a failed transfer is not done: done() rethrows, failed() says so", "[
   std::vector<page_pair> const map{{0, 3}, {1, 2}, {2, 1}};
   failing_backend b{gpu_assisted{}, 5};
   submit_thread thread;
-  detail::cuda_stream stream;
+  cuda_stream stream;
   transfer_handle const h =
       thread.submit(b, copy_plan{p.src, p.dst, std::span<page_pair const>{map}, layer_range::all(p.g)}, stream.get());
   thread.drain();
@@ -139,7 +140,7 @@ TEST_CASE("a submit thread serves a load before a backup queued earlier", "[gpu]
   recording_backend loads{"load", &m, &log, &priorities};
   std::vector<page_pair> const map{{0, 0}, {1, 1}};
   copy_plan const plan{p.src, p.dst, std::span<page_pair const>{map}, layer_range{0, 3}};
-  detail::cuda_stream stream;
+  cuda_stream stream;
   submit_thread thread;
 
   // The thread is busy with the gate's first layer while a 3-layer backup, then a load, arrive.
@@ -168,7 +169,7 @@ TEST_CASE("a per-layer backup yields to a load between its layers", "[gpu][submi
   recording_backend loads{"load", &m, &log, &priorities};
   std::vector<page_pair> const map{{0, 0}};
   copy_plan const plan{p.src, p.dst, std::span<page_pair const>{map}, layer_range{0, 4}};
-  detail::cuda_stream stream;
+  cuda_stream stream;
   submit_thread thread;
   auto entered = backups.entered.get_future();
   auto const b = thread.submit(backups, plan, stream.get(), completion::per_layer, transfer_kind::backup);
@@ -193,7 +194,7 @@ TEST_CASE("a submit thread issues the copy at the caller's stream priority", "[g
   recording_backend b{"b", &m, &log, &priorities};
   std::vector<page_pair> const map{{0, 0}};
   copy_plan const plan{p.src, p.dst, std::span<page_pair const>{map}, layer_range{0, 2}};
-  detail::cuda_stream urgent{high}, normal{low};
+  cuda_stream urgent{high}, normal{low};
   submit_thread thread;
   thread.submit(b, plan, urgent.get()).synchronize();
   thread.submit(b, plan, normal.get(), completion::whole).synchronize();
@@ -211,7 +212,7 @@ TEST_CASE("a submit thread owns the page list: it may be freed right after submi
   std::vector<int> priorities;
   std::promise<void> go;
   recording_backend gate{"gate", &m, &log, &priorities, 0, go.get_future().share()};
-  detail::cuda_stream stream;
+  cuda_stream stream;
   submit_thread thread;
   auto entered = gate.entered.get_future();
   std::vector<page_pair> const one{{0, 0}};
@@ -235,7 +236,7 @@ TEST_CASE("a submit thread owns the page list: it may be freed right after submi
 
 TEST_CASE("split round trips every layout pair bit-exactly", "[gpu][split]")
 {
-  detail::cuda_stream stream;
+  cuda_stream stream;
   split half;
   split mostly_dma{{.dma_fraction = 0.8, .kernel = {1, 256}}};
   test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
@@ -270,7 +271,7 @@ TEST_CASE("split completes per layer: another stream waits for each layer of bot
 
   split b{{.dma_fraction = 0.5, .kernel = {1, 128}}};  // a slow kernel share: later layers still in flight
   submit_thread thread;
-  detail::cuda_stream copy_stream, compute_stream;
+  cuda_stream copy_stream, compute_stream;
   for (int via_thread = 0; via_thread < 2; ++via_thread) {
     INFO("through a submit thread: " << via_thread);
     test::upload(dev, poison);

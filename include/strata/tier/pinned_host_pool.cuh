@@ -5,7 +5,7 @@
  */
 #pragma once
 
-#include <strata/detail/cuda.cuh>
+#include <strata/cuda.cuh>
 #include <strata/layout/page_first.hpp>
 #include <strata/tier/concepts.hpp>
 #include <strata/tier/slot_allocator.hpp>

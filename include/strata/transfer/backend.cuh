@@ -11,7 +11,7 @@
  */
 #pragma once
 
-#include <strata/detail/cuda.cuh>
+#include <strata/cuda.cuh>
 #include <strata/layout/layer_first.hpp>
 #include <strata/layout/page_first.hpp>
 #include <strata/transfer/copy_plan.hpp>
@@ -39,11 +39,11 @@ namespace strata {
  * at a time.
  */
 template <class B>
-concept transfer_backend =
-    requires(B& b, copy_plan<page_first, layer_first> const& plan, cudaStream_t s, std::span<cudaEvent_t const> ev) {
-      { B::name } -> std::convertible_to<char const*>;
-      b.enqueue(plan, s, ev);
-    };
+concept transfer_backend = requires(B& b, copy_plan<page_first, layer_first> const& plan, cuda::stream_ref s,
+                                    std::span<cudaEvent_t const> ev) {
+  { B::name } -> std::convertible_to<char const*>;
+  b.enqueue(plan, s, ev);
+};
 
 /// @brief When the consumer of a transfer learns that its data landed.
 enum class completion {
@@ -181,7 +181,7 @@ class transfer_handle {
 
  private:
   struct state {
-    std::vector<detail::cuda_event> events;
+    std::vector<cuda_event> events;
     std::vector<cudaEvent_t> raw;
     std::atomic<std::size_t> recorded{0};
     std::mutex m;
@@ -231,9 +231,9 @@ transfer_handle submit(B& backend, copy_plan<Src, Dst> const& plan, cuda::stream
   validate(plan);
   transfer_handle h{plan.layers, c};
   if (c == completion::per_layer) {
-    backend.enqueue(plan, stream.get(), h.events());
+    backend.enqueue(plan, stream, h.events());
   } else {
-    backend.enqueue(plan, stream.get(), {});
+    backend.enqueue(plan, stream, {});
     STRATA_CUDA_TRY(cudaEventRecord(h.events()[0], stream.get()));
   }
   h.mark_recorded(h.events().size());
@@ -248,7 +248,7 @@ template <transfer_backend B, kv_layout Src, kv_layout Dst>
 void copy(B& backend, copy_plan<Src, Dst> const& plan, cuda::stream_ref stream)
 {
   validate(plan);
-  backend.enqueue(plan, stream.get(), {});
+  backend.enqueue(plan, stream, {});
 }
 
 }  // namespace strata

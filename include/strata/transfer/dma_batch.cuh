@@ -8,6 +8,8 @@
 
 #include <strata/transfer/backend.cuh>
 
+#include <cuda/stream_ref>
+
 #include <cuda.h>  // CUmemcpyAttributes: the driver entry point is resolved at run time, not linked
 
 #include <vector>
@@ -104,8 +106,9 @@ class dma_batch {
 
   /// @brief Enqueues a validated plan (see `transfer_backend`).
   template <kv_layout Src, kv_layout Dst>
-  void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  void enqueue(copy_plan<Src, Dst> const& plan, cuda::stream_ref on, std::span<cudaEvent_t const> layer_events)
   {
+    cudaStream_t const stream = on.get();
     if (layer_events.empty()) {
       collect(plan);
       flush(stream);

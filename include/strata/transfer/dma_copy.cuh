@@ -7,6 +7,8 @@
 
 #include <strata/transfer/backend.cuh>
 
+#include <cuda/stream_ref>
+
 namespace strata {
 
 /**
@@ -21,8 +23,9 @@ class dma_copy {
 
   /// @brief Enqueues a validated plan (see `transfer_backend`).
   template <kv_layout Src, kv_layout Dst>
-  void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  void enqueue(copy_plan<Src, Dst> const& plan, cuda::stream_ref on, std::span<cudaEvent_t const> layer_events)
   {
+    cudaStream_t const stream = on.get();
     auto issue = [stream](copy_run const& r) {
       STRATA_CUDA_TRY(cudaMemcpyAsync(r.dst, r.src, static_cast<std::size_t>(r.bytes), cudaMemcpyDefault, stream));
     };

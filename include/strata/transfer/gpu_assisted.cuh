@@ -11,6 +11,8 @@
 #include <strata/transfer/detail/descriptor_ring.cuh>
 #include <strata/transfer/detail/kernel_checks.cuh>
 
+#include <cuda/stream_ref>
+
 namespace strata {
 
 /**
@@ -37,8 +39,7 @@ inline constexpr gpu_assisted_config default_backup_config{1, 1024};
  *        wave on the SMs the copies hold. Measured on the H200: this removed a 2-CTA copy's cost
  *        beside prefill (8.5% to -0.7%).
  */
-inline int sms_left_for_compute(gpu_assisted_config const& config)
-{ return std::max(1, detail::sm_count() - config.ctas); }
+inline int sms_left_for_compute(gpu_assisted_config const& config) { return std::max(1, sm_count() - config.ctas); }
 
 /**
  * @brief Moves pages with SM copy kernels; any pair of layouts, transposing on the fly.
@@ -75,8 +76,9 @@ class gpu_assisted {
    *        the device cannot dereference (pageable host memory): see `detail::check_kernel_copy`
    */
   template <kv_layout Src, kv_layout Dst>
-  void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  void enqueue(copy_plan<Src, Dst> const& plan, cuda::stream_ref on, std::span<cudaEvent_t const> layer_events)
   {
+    cudaStream_t const stream = on.get();
     auto const shape = detail::check_kernel_copy(plan.src, plan.dst, plan.pages[0], plan.layers, name, &access_);
     std::size_t const bytes = plan.pages.size() * sizeof(page_pair);
     auto const region = ring_.acquire(bytes);

@@ -11,7 +11,7 @@
  */
 #pragma once
 
-#include <strata/detail/cuda.cuh>
+#include <strata/cuda.cuh>
 
 #include <cuda.h>  // types only: the driver entry points are resolved at run time, not linked
 #include <cudaTypedefs.h>

@@ -9,6 +9,8 @@
 #include <strata/transfer/dma_batch.cuh>
 #include <strata/transfer/gpu_assisted.cuh>
 
+#include <cuda/stream_ref>
+
 #include <cmath>
 
 namespace strata {
@@ -48,8 +50,9 @@ class split {
    *        the kernel's share
    */
   template <kv_layout Src, kv_layout Dst>
-  void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  void enqueue(copy_plan<Src, Dst> const& plan, cuda::stream_ref on, std::span<cudaEvent_t const> layer_events)
   {
+    cudaStream_t const stream = on.get();
     auto const n = static_cast<std::int64_t>(plan.pages.size());
     auto const k = static_cast<std::int64_t>(std::llround(config_.dma_fraction * static_cast<double>(n)));
     if (k == 0) { return kernel_.enqueue(plan, stream, layer_events); }
@@ -92,9 +95,9 @@ class split {
   split_config config_;
   gpu_assisted kernel_;
   dma_batch dma_;
-  detail::cuda_stream side_, join_;
-  detail::cuda_event start_, side_done_;
-  std::vector<detail::cuda_event> kernel_events_, dma_events_;
+  cuda_stream side_, join_;
+  cuda_event start_, side_done_;
+  std::vector<cuda_event> kernel_events_, dma_events_;
   std::vector<cudaEvent_t> kernel_raw_, dma_raw_;
 };
 static_assert(transfer_backend<split>);

@@ -9,6 +9,8 @@
 #include <strata/transfer/gpu_assisted.cuh>
 #include <strata/transfer/sm_partition.cuh>
 
+#include <cuda/stream_ref>
+
 #include <array>
 
 namespace strata {
@@ -99,8 +101,9 @@ class staged {
   ///        records, else a backup into records.
   template <kv_layout Src, kv_layout Dst>
   requires(record_layout<Src> || record_layout<Dst>)
-  void enqueue(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events)
+  void enqueue(copy_plan<Src, Dst> const& plan, cuda::stream_ref on, std::span<cudaEvent_t const> layer_events)
   {
+    cudaStream_t const stream = on.get();
     kv_geometry const g = plan.src.geometry();
     std::int64_t const record = plan.layers.size() * g.planes * g.block_bytes();
     std::int64_t const per_half = std::max<std::int64_t>(1, config_.chunk_bytes / record);
@@ -221,19 +224,19 @@ class staged {
   {
     if (static_cast<std::int64_t>(staging_.size()) >= bytes) { return; }
     STRATA_CUDA_TRY(cudaEventSynchronize(finished_.get()));  // the previous transfer may still use it
-    staging_ = detail::device_buffer{};
-    staging_ = detail::device_buffer{static_cast<std::size_t>(std::max(bytes, 2 * config_.chunk_bytes))};
+    staging_ = device_buffer{};
+    staging_ = device_buffer{static_cast<std::size_t>(std::max(bytes, 2 * config_.chunk_bytes))};
   }
 
   staged_config config_;
   gpu_assisted relay_;
-  detail::device_buffer staging_;
+  device_buffer staging_;
   detail::descriptor_ring ring_;
   detail::context_stream relay_stream_;
-  detail::cuda_event start_;
-  detail::cuda_event finished_;
-  std::array<detail::cuda_event, 2> moved_;
-  std::array<detail::cuda_event, 2> relayed_;
+  cuda_event start_;
+  cuda_event finished_;
+  std::array<cuda_event, 2> moved_;
+  std::array<cuda_event, 2> relayed_;
 };
 
 }  // namespace strata

@@ -104,7 +104,7 @@ class submit_thread {
     /// Enqueues the next part (a layer, or the whole transfer) on `s`; true when nothing is left.
     virtual bool step(cudaStream_t s) = 0;
     transfer_handle handle;
-    detail::cuda_event start;
+    cuda_event start;
     int priority{};
     CUgreenCtx ctx{};
     detail::context_stream own_stream;  // for a green-context caller: a stream of that context

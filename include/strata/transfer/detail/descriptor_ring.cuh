@@ -6,7 +6,7 @@
  */
 #pragma once
 
-#include <strata/detail/cuda.cuh>
+#include <strata/cuda.cuh>
 
 #include <algorithm>
 #include <cassert>

@@ -10,7 +10,7 @@
 #include <strata/transfer/copy_plan.hpp>
 #include <strata/transfer/detail/copy_kernel.cuh>
 
-#include <strata/detail/cuda.cuh>
+#include <strata/cuda.cuh>
 
 #include <cuda.h>  // types only: the driver entry point is resolved at run time, not linked
 #include <cudaTypedefs.h>

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * @file detail/cuda.cuh
- * @brief RAII owners of CUDA events, streams and allocations, used inside strata's device parts.
+ * @file cuda.cuh
+ * @brief RAII owners of CUDA events, streams and allocations (as RMM ships `cuda_stream` and
+ *        `device_buffer`): what strata's device parts use, public so that engines, examples and
+ *        benchmarks need no `detail::`. Each owner is movable, not copyable; destructors never throw.
  */
 #pragma once
 
@@ -14,7 +16,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace strata::detail {
+namespace strata {
 
 /// @brief An owned CUDA event (timing disabled unless asked): cheap to record and wait on.
 class cuda_event {
@@ -75,8 +77,8 @@ class device_buffer {
       (void)cudaGetLastError();
       std::size_t free = 0, total = 0;
       (void)cudaMemGetInfo(&free, &total);
-      throw out_of_memory(concat("strata: cudaMalloc of ", bytes, " bytes failed (", cudaGetErrorName(e), "); ", free,
-                                 " of ", total, " bytes free"));
+      throw out_of_memory(detail::concat("strata: cudaMalloc of ", bytes, " bytes failed (", cudaGetErrorName(e), "); ",
+                                         free, " of ", total, " bytes free"));
     }
   }
   device_buffer(device_buffer&& o) noexcept : data_{std::exchange(o.data_, nullptr)}, bytes_{std::exchange(o.bytes_, 0)}
@@ -113,7 +115,7 @@ class pinned_buffer {
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       throw out_of_memory(
-          concat("strata: cudaHostAlloc of ", bytes, " pinned bytes failed (", cudaGetErrorName(e), ")"));
+          detail::concat("strata: cudaHostAlloc of ", bytes, " pinned bytes failed (", cudaGetErrorName(e), ")"));
     }
   }
   pinned_buffer(pinned_buffer&& o) noexcept : data_{std::exchange(o.data_, nullptr)}, bytes_{std::exchange(o.bytes_, 0)}
@@ -148,4 +150,4 @@ inline int sm_count()
   return sms;
 }
 
-}  // namespace strata::detail
+}  // namespace strata
