@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // An engine's loop around strata::cache_controller, on the CPU (runs anywhere).
 //
-// Host memory stands in for the GPU's KV pool, `host_executor` moves pages with memcpy, and the
+// Host memory stands in for the GPU's KV pool, `cpu_executor` moves pages with memcpy, and the
 // "model" writes deterministic bytes: page p of a conversation holds words derived from every token
 // up to its end, as a real model's KV would. A few shared documents get several questions each, as
 // multi-turn conversations (turn k's prompt is the document, the earlier questions and answers, and
 // a new question). The engine pool holds about two documents, so prefixes are evicted to the host
 // tier and loaded back. Every page a request reads from the cache is checked against the content
-// function. The GPU version of this loop is engine_loop.cu.
+// function. The GPU version of this loop is engine_loop.cu; the loop beside a real model's
+// layers, measured, is benchmarks/gpu/engine_loop.cu.
 //
 //   engine_loop [--quick]
 #include <strata/cache/controller.hpp>
@@ -26,7 +27,7 @@ namespace {
 
 using namespace strata;
 using tokens_t = std::vector<std::int32_t>;
-using controller = cache_controller<host_policies<layer_first>>;
+using controller = cache_controller<cpu_policies<layer_first>>;
 using clock_type = std::chrono::steady_clock;
 
 /// 4 layers, 16-token pages, 2 KV heads of 32 bf16 elements, K and V: 16 KiB pages.
@@ -110,10 +111,7 @@ int main(int argc, char** argv)
   // The engine's KV pool (host memory standing in for the GPU's) and the controller over it.
   std::vector<std::byte> memory(std::size_t(device_pages * geo.page_bytes()));
   layer_first const pool{memory.data(), geo, device_pages};
-  // (The strategy is passed explicitly: strata_scheduler's constructor is explicit, so the
-  // controller's `scheduler = {}` default does not compile everywhere.)
-  controller cache{controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, host_pages}},
-                   controller_options{}, strata_scheduler{}};
+  controller cache{pool, host_pages};  // the default two-tier stack: this pool and a host tier
 
   std::mt19937_64 rng{42};
   std::vector<tokens_t> docs(documents);

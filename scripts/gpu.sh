@@ -14,7 +14,7 @@
 #   scripts/gpu.sh [tests] [memcheck] [bench-quick] [bench] [engine] [engine-quick] [probe] [interference]
 #                  (default: tests memcheck bench-quick)
 #
-# `engine` runs examples/engine_loop.cu (cache_controller on the GPU beside cuBLAS layers: load
+# `engine` runs benchmarks/gpu/engine_loop.cu (cache_controller on the GPU beside cuBLAS layers: load
 # bandwidth through the controller vs one contiguous copy, and TTFT of a cached 32K-token document vs
 # load + compute); `engine-quick` a small run of it. The device machine gets the tree without .git:
 # pass STRATA_COMMIT.
@@ -72,7 +72,7 @@ for step in $steps; do
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       ;;
     engine | engine-quick)  # exits non-zero if a KV word read back was wrong
-      timeout "$limit" ./$build/examples/engine_loop_gpu $([ "$step" = engine-quick ] && echo --quick) 2>&1 |
+      timeout "$limit" ./$build/benchmarks/gpu/bench_engine_loop $([ "$step" = engine-quick ] && echo --quick) 2>&1 |
         tee "$out/engine_loop.md" | tail -n 40
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       ;;

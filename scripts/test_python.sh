@@ -57,4 +57,8 @@ fi
 
 echo "test_python: examples/python/engine_loop.py"
 "$PYTHON" examples/python/engine_loop.py --quick
+if "$PYTHON" -c 'import torch, transformers' >/dev/null 2>&1; then
+  echo "test_python: examples/python/transformers_cache.py"
+  "$PYTHON" examples/python/transformers_cache.py
+fi
 echo "test_python: all passed"

@@ -28,7 +28,7 @@ def main(quick: bool) -> int:
     k = [np.zeros((rows, g.kv_heads, g.head_dim), np.float16) for _ in range(g.layers)]
     v = [np.zeros((rows, g.kv_heads, g.head_dim), np.float16) for _ in range(g.layers)]
     pool = strata.sglang_layout(k, v, g)
-    cache = strata.host_controller(pool, host_pages=8 * doc_tokens // g.page_tokens)
+    cache = strata.cpu_controller(pool, host_pages=8 * doc_tokens // g.page_tokens)
 
     rng = np.random.default_rng(42)
     docs = [[int(t) for t in rng.integers(0, 30000, size=doc_tokens)] for _ in range(3)]

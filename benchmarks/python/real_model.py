@@ -27,8 +27,8 @@ is downloaded).
 3. Writes real_model.md, real_model.csv, real_model.json and ttft.png under --out (default $OUT,
    else ./real_model_out); exits 1 when a bit-exactness check fails, 2 when a check could not run.
 
-    python examples/python/real_model.py [--quick] [--lengths 8192,32768] [--commit SHA]
-    python examples/python/real_model.py --cpu-smoke      # tiny random Llama on the CPU, float32
+    python benchmarks/python/real_model.py [--quick] [--lengths 8192,32768] [--commit SHA]
+    python benchmarks/python/real_model.py --cpu-smoke      # tiny random Llama on the CPU, float32
 
 The integration used: `strata.transformers.StrataKVPool` / `StrataCache` for everything strata does
 (seeding a pool goes through the same Cache.update the model calls); the baselines (b) and the ideal
@@ -314,7 +314,7 @@ def seed_pool(ctx, pool, tokens, kv):
 
 def file_options(ctx, gbps):
     o = strata.controller_options()
-    o.file_policy = strata.write_policy.write_through  # host copies go to the file tier at once
+    o.file_backup_policy = strata.write_policy.write_through  # host copies go to the file tier at once
     note = "controller default (1.92 GB/s measured disk)"
     if gbps and gbps > 0:
         if hasattr(o, "set_file_tier"):

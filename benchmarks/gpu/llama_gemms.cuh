@@ -5,21 +5,22 @@
 // by every layer, fp32 accumulation).
 #pragma once
 
-#include <strata/detail/cuda.cuh>
+#include <strata/cuda.cuh>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <string>
 
 namespace strata::examples {
 
-#define STRATA_EXAMPLE_CUBLAS(call)                                                                      \
-  do {                                                                                                   \
-    cublasStatus_t const s_ = (call);                                                                    \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                   \
-      throw ::strata::cuda_error(::strata::detail::concat("cuBLAS call ", #call, " failed: ", int(s_))); \
-    }                                                                                                    \
+#define STRATA_EXAMPLE_CUBLAS(call)                                                                        \
+  do {                                                                                                     \
+    cublasStatus_t const s_ = (call);                                                                      \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                     \
+      throw ::strata::cuda_error(std::string{"cuBLAS call " #call " failed: "} + std::to_string(int(s_))); \
+    }                                                                                                      \
   } while (0)
 
 namespace detail_gemm {
@@ -41,10 +42,10 @@ class llama_layer_gemms {
   explicit llama_layer_gemms(int max_tokens) : max_tokens_{max_tokens}
   {
     STRATA_EXAMPLE_CUBLAS(cublasCreate(&handle_));
-    workspace_ = detail::device_buffer(std::size_t{32} << 20);
+    workspace_ = device_buffer(std::size_t{32} << 20);
     STRATA_EXAMPLE_CUBLAS(cublasSetWorkspace(handle_, workspace_.data(), workspace_.size()));
     auto make = [](std::size_t elems, std::uint32_t seed) {
-      detail::device_buffer b(elems * 2);
+      device_buffer b(elems * 2);
       detail_gemm::fill_bf16<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(b.data()), elems, seed);
       return b;
     };
@@ -83,7 +84,7 @@ class llama_layer_gemms {
 
  private:
   // Y (n x m) = W (n x k) * X (k x m), column-major, bf16 in and out, fp32 accumulation.
-  void gemm(detail::device_buffer const& w, detail::device_buffer const& x, int n, int k, int m)
+  void gemm(device_buffer const& w, device_buffer const& x, int n, int k, int m)
   {
     float const alpha = 1, beta = 0;
     STRATA_EXAMPLE_CUBLAS(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, w.data(), CUDA_R_16BF, n,
@@ -93,8 +94,8 @@ class llama_layer_gemms {
 
   int max_tokens_;
   cublasHandle_t handle_{};
-  detail::device_buffer workspace_;
-  detail::device_buffer x_, h_, y_, w_qkv_, w_o_, w_gu_, w_d_;
+  device_buffer workspace_;
+  device_buffer x_, h_, y_, w_qkv_, w_o_, w_gu_, w_d_;
 };
 
 }  // namespace strata::examples
