@@ -30,7 +30,7 @@ struct file_record_header {
 static_assert(sizeof(file_record_header) == 64);
 static_assert(std::endian::native == std::endian::little, "file_store's format is little-endian");
 
-inline constexpr std::uint64_t file_record_magic = 0x31564b4154525453ULL;  // "STRATKV1"
+inline constexpr std::uint64_t file_record_magic = 0x31564b4154525453ULL;  // the bytes "STRTAKV1" (little-endian)
 inline constexpr std::uint32_t file_format_version = 2;  // 2: the page's identity after the 64-byte header
 inline constexpr std::int64_t file_header_bytes = 4096;
 inline constexpr std::int64_t file_alignment = 4096;
