@@ -56,10 +56,11 @@ for step in $steps; do
       timeout 120 ./$build/examples/gpu_layerwise_load 2>&1 | tee -a "$out/tests.log" || rc=1
       ;;
     memcheck)
-      for t in test_gpu_assisted test_dma test_staged test_pinned_pool test_sm_partition test_descriptor_ring test_checks \
-        test_submit_thread test_controller_gpu; do
+      for t in tests/test_gpu_assisted tests/test_dma tests/test_staged tests/test_pinned_pool tests/test_sm_partition \
+        tests/test_descriptor_ring tests/test_checks tests/test_submit_thread tests/test_controller_gpu \
+        examples/engine_loop_gpu; do
         STRATA_GPU_TEST_QUICK=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-          ./$build/tests/$t 2>&1 | tail -n 4 | tee -a "$out/tests.log"
+          ./$build/$t 2>&1 | tail -n 4 | tee -a "$out/tests.log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       done
       ;;
