@@ -87,8 +87,8 @@ struct keyed_pages {
   {
     if (host.empty()) { return; }
     if (device.size() < host.size() * sizeof(keyed_page)) { device = device_buffer{host.size() * sizeof(keyed_page)}; }
-    STRATA_CUDA_TRY(cudaMemcpyAsync(device.data(), host.data(), host.size() * sizeof(keyed_page),
-                                    cudaMemcpyHostToDevice, s));
+    STRATA_CUDA_TRY(
+        cudaMemcpyAsync(device.data(), host.data(), host.size() * sizeof(keyed_page), cudaMemcpyHostToDevice, s));
   }
   [[nodiscard]] keyed_page const* data() const { return reinterpret_cast<keyed_page const*>(device.data()); }
   [[nodiscard]] int size() const { return int(host.size()); }
@@ -155,8 +155,8 @@ int main()
       for (auto const& it : loads.ran) {
         auto const& prompt = prompts.at(it.id.value);
         auto const table = cache.page_table(it.id);
-        for (std::int64_t p = it.context_tokens / geo.page_tokens; p < (it.context_tokens + it.chunk_tokens) / geo.page_tokens;
-             ++p) {
+        for (std::int64_t p = it.context_tokens / geo.page_tokens;
+             p < (it.context_tokens + it.chunk_tokens) / geo.page_tokens; ++p) {
           computed.host.push_back({table[std::size_t(p)], page_key(prompt, p)});
         }
       }
@@ -178,7 +178,7 @@ int main()
       for (auto const& it : loads.ran) {
         if (!it.last_chunk) { continue; }
         (void)cache.finish_prefill(it.id, stream.get());  // backups start after the compute on `stream`
-        cache.release(it.id, {}, stream.get());  // (decode would run here)
+        cache.release(it.id, {}, stream.get());           // (decode would run here)
         prompts.erase(it.id.value);
         ++served;
       }
@@ -198,7 +198,8 @@ int main()
                 (long long)served, documents * questions, wrong, (long long)s.hit_tokens[1]);
     return 1;
   }
-  std::printf("engine_loop_gpu: all %lld requests served, %lld cached pages checked on the device, every KV byte right\n",
-              (long long)served, (long long)checked);
+  std::printf(
+      "engine_loop_gpu: all %lld requests served, %lld cached pages checked on the device, every KV byte right\n",
+      (long long)served, (long long)checked);
   return 0;
 }

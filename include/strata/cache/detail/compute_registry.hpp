@@ -84,9 +84,9 @@ class compute_registry {
   }
 
  private:
-  std::unordered_map<std::uint64_t, request_id> computing_;                            // key -> its request
-  std::unordered_map<request_id, std::vector<std::uint64_t>, request_hash> keys_of_;   // request -> its keys
-  std::unordered_map<request_id, std::vector<request_id>, request_hash> waiters_;      // owner -> waiting to mark
+  std::unordered_map<std::uint64_t, request_id> computing_;                           // key -> its request
+  std::unordered_map<request_id, std::vector<std::uint64_t>, request_hash> keys_of_;  // request -> its keys
+  std::unordered_map<request_id, std::vector<request_id>, request_hash> waiters_;     // owner -> waiting to mark
 };
 
 }  // namespace strata::detail

@@ -380,8 +380,8 @@ void cache_controller<Policies>::check_invariants() const
   auto const& slots = tiers_.device().slots();
   std::vector<std::uint8_t> use(std::size_t(slots.capacity()), 0);
   auto claim = [&](std::int64_t p, char const* who) {
-    STRATA_EXPECTS_AS(error, p >= 0 && p < slots.capacity() && slots.is_allocated(p), "cache_controller invariant: ",
-                      who, " holds device page ", p, ", which is free");
+    STRATA_EXPECTS_AS(error, p >= 0 && p < slots.capacity() && slots.is_allocated(p),
+                      "cache_controller invariant: ", who, " holds device page ", p, ", which is free");
     STRATA_EXPECTS_AS(error, use[std::size_t(p)]++ == 0, "cache_controller invariant: device page ", p,
                       " is held twice (", who, ")");
   };

@@ -65,9 +65,7 @@ class submission_log {
 
   /// @brief Holds orders for the next `submit_queued` (an eviction's demotions).
   void queue(std::vector<copy_order>&& orders)
-  {
-    queued_.insert(queued_.end(), std::make_move_iterator(orders.begin()), std::make_move_iterator(orders.end()));
-  }
+  { queued_.insert(queued_.end(), std::make_move_iterator(orders.begin()), std::make_move_iterator(orders.end())); }
 
   /**
    * @brief Hands `orders` to the executor as one submission.
@@ -124,8 +122,7 @@ class submission_log {
    * @return their ids
    */
   template <class Tiers>
-  std::vector<std::uint64_t> submit_collected(Executor& executor, Tiers& tiers, hiradix_tree& tree,
-                                              stream_type stream)
+  std::vector<std::uint64_t> submit_collected(Executor& executor, Tiers& tiers, hiradix_tree& tree, stream_type stream)
   {
     (void)tree.take_internal_evictions();
     std::vector<std::uint64_t> ids;
@@ -191,9 +188,7 @@ class submission_log {
 
   /// @brief Bytes handed to the executor, [from][to] tier.
   [[nodiscard]] std::array<std::array<std::int64_t, tier_count>, tier_count> const& bytes_moved() const noexcept
-  {
-    return bytes_moved_;
-  }
+  { return bytes_moved_; }
 
  private:
   std::vector<copy_order> queued_;
