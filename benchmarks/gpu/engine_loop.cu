@@ -373,8 +373,12 @@ int main(int argc, char** argv)
   fo.directory = dir.string();
   fo.tag = "Llama-3.1-8B/bf16 (bench_engine_loop)";
   file_store disk{geo, measured_doc / geo.page_tokens + 64, fo};
+  // The file-tier rows measure the file path itself: every page goes there, whatever a later read
+  // of it would cost against recomputing (the simulator's grid asks whether keeping it pays).
+  controller_options options;
+  options.records_by_cost = false;
   controller cache{controller::tiers_type{device_pool<layer_first>{pool}, pinned_host_pool{geo, host_pages}, disk},
-                   controller_options{}, strata_scheduler{}};
+                   options, strata_scheduler{}};
   cuda_stream compute_stream;
   cudaStream_t const compute = compute_stream.get();
   model m{pool, 8192, std::size_t(device_pages)};

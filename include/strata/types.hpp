@@ -26,6 +26,11 @@ constexpr char const* to_string(tier t) noexcept
   return static_cast<std::size_t>(t) < tier_count ? names[static_cast<std::size_t>(t)] : "?";
 }
 
+/// @brief Whether pages of tier `t` are records that reach the device through host memory (the
+///        file and remote tiers: `record_store`s, read into page-first host records, then copied
+///        over PCIe like a host-tier load).
+[[nodiscard]] constexpr bool is_record_tier(tier t) noexcept { return t == tier::file || t == tier::remote; }
+
 /// @brief When device pages are backed up to the host tier.
 enum class write_policy {
   write_through,            ///< as soon as they are inserted or committed

@@ -870,6 +870,12 @@ void bind_controller(nb::module_& m)
       .def_rw("selective_hits", &controller_options::selective_hits)
       .def_rw("delay_hit_tokens", &controller_options::delay_hit_tokens)
       .def_rw("ids_are_pages", &controller_options::ids_are_pages)
+      .def_rw("records_by_cost", &controller_options::records_by_cost,
+              "Copy into the file tier only pages a later read pays for (cost_model::record_breakeven_tokens); "
+              "False: every page the write policies send.")
+      .def_rw("record_write_backlog_s", &controller_options::record_write_backlog_s,
+              "What may be on its way into the file tier at once, in seconds of its write bandwidth; a copy past "
+              "it is dropped (0: no bound).")
       .def(
           "set_file_tier",
           [](controller_options& o, kv_geometry const& g, double read_bytes_per_s, double write_bytes_per_s) {

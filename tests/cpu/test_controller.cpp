@@ -291,7 +291,13 @@ struct engine_run {
     o.prefetch_timeout_s = double(seed % 2) * 1e-3;
     // Half the sequences load file hits, half recompute them (the plan stops the prefix above the
     // file tier): both paths serve the right KV.
-    if (seed / 12 % 2 == 0) { o.costs = reading_pays(); }
+    // (The other half keeps every page the policies send in the file tier, worth it or not, so
+    // that the plans have slow-tier pages to recompute.)
+    if (seed / 12 % 2 == 0) {
+      o.costs = reading_pays();
+    } else {
+      o.records_by_cost = false;
+    }
     o.delay_hit_tokens = 8;
     return o;
   }

@@ -24,7 +24,7 @@ using tokens_t = std::vector<std::int32_t>;
 /// What the random sequences exercised, so that a quiet test cannot pass unnoticed.
 struct coverage {
   long new_pages = 0, matched_tokens = 0, delay_hits = 0, locks = 0, commits = 0, aborts = 0, evicted = 0,
-       demotions = 0, completes = 0, cancels = 0, loads = 0, internal_evictions = 0, remote = 0;
+       demotions = 0, completes = 0, cancels = 0, loads = 0, internal_evictions = 0, remote = 0, records_refused = 0;
 };
 coverage cover;
 
@@ -67,6 +67,13 @@ class model_test {
     cfg_.capacity = {24, pick({0, 6, 12}), pick({0, 4, 8}), pick({0, 6, 6})};
     cfg_.backup_policy = std::array{write_policy::write_through, write_policy::write_through_selective,
                                     write_policy::write_back}[rng_() % 3];
+    // What the record tiers take: everything, or only nodes whose middle lies deep enough; and a
+    // bound on what may be on its way into them (0: no bound).
+    // Each bound in a quarter of the sequences, so that enough still reaches the remote tier.
+    for (std::size_t u : {std::size_t(2), std::size_t(3)}) {
+      cfg_.record_breakeven_tokens[u] = std::array{-1e300, -1e300, -1e300, 6.0}[rng_() % 4];
+      cfg_.write_backlog_pages[u] = pick({0, 0, 0, 3});
+    }
     cfg_.selective_hits = pick({1, 2, 3});
     cfg_.delay_hit_tokens = pick({2, 4});
     tree_.emplace(cfg_);
@@ -107,6 +114,9 @@ class model_test {
       }
       sync();
       verify();
+    }
+    for (std::size_t u : {std::size_t(2), std::size_t(3)}) {
+      cover.records_refused += tree_->stats().writes_not_worth[u] + tree_->stats().writes_dropped[u];
     }
   }
 
@@ -386,6 +396,9 @@ class model_test {
     }
     match_result const probed = tree_->probe(t);  // what match will say, without its side effects
     auto const r = tree_->match(t);
+    // A backup that match starts may make room in the host tier first; those evictions come
+    // before the lock below.
+    sync_internal();
     REQUIRE(probed.tokens == r.tokens);
     REQUIRE(probed.tier_tokens == r.tier_tokens);
     REQUIRE(probed.fastest_tokens == r.fastest_tokens);
@@ -775,11 +788,12 @@ TEST_CASE("hiradix_tree agrees with a reference model on random operation sequen
                     << cover.delay_hits << ", locks " << cover.locks << ", commits " << cover.commits << ", aborts "
                     << cover.aborts << ", evicted pages " << cover.evicted << ", demotions " << cover.demotions
                     << ", completed " << cover.completes << ", cancelled " << cover.cancels << ", loads " << cover.loads
-                    << ", internal evictions " << cover.internal_evictions << ", remote evictions " << cover.remote);
+                    << ", internal evictions " << cover.internal_evictions << ", remote evictions " << cover.remote
+                    << ", record copies refused " << cover.records_refused);
   if (sequences >= 10000) {  // every kind of step happened many times
     for (long c : {cover.new_pages, cover.matched_tokens, cover.delay_hits, cover.locks, cover.commits, cover.aborts,
                    cover.evicted, cover.demotions, cover.completes, cover.cancels, cover.loads,
-                   cover.internal_evictions, cover.remote}) {
+                   cover.internal_evictions, cover.remote, cover.records_refused}) {
       CHECK(c > sequences / 200);
     }
   }

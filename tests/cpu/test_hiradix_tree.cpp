@@ -697,36 +697,20 @@ TEST_CASE("hiradix_tree: the file write policy copies host pages to the file tie
   }
 }
 
-TEST_CASE("hiradix_tree: a node whose only copy is on the device is demoted, whatever the policy", "[cpu][hiradix]")
+TEST_CASE("hiradix_tree: a node larger than the host tier is backed up to the file tier", "[cpu][hiradix]")
 {
-  // Under write-through a parent whose backup found no room (the host tier is smaller than the
-  // node) stays on the device only; once its child has gone below the host, the parent may not be
-  // dropped (a node hangs below it): it must be demoted — past the host if the host has no room —
-  // or its device pages stay pinned for good.
   hiradix_config c = small_config(write_policy::write_through);
   c.capacity = {8, 1, 8, 0};
   hiradix_tree tree{c};
-  auto run = [&](std::vector<copy_order> v) {
-    for (auto& o : v) {
-      (void)tree.complete(o.id);
-    }
-  };
-  tokens_t const a = seq(0, 8), ab = seq(0, 12);  // a: 2 pages, b: 1
-  (void)tree.insert(a, ids(0, 2));
-  CHECK(tree.take_copies().empty());  // no room for a's 2 pages on a 1-page host
-  (void)tree.insert(ab, ids(0, 3));
-  run(tree.take_copies());  // b's backup
-  run(tree.evict(tier::device, 1).demotions);
-  run(tree.evict(tier::host, 1).demotions);  // b: on the file tier only now
-  REQUIRE(tree.probe(ab).fastest_tokens[0] == 8);
-  REQUIRE(tree.probe(ab).fastest_tokens[2] == 4);
-  auto r = tree.evict(tier::device, 2);
-  CHECK(r.pages == 2);
-  REQUIRE(r.demotions.size() == 1);
-  CHECK(r.demotions[0].to == tier::file);
-  run(std::move(r.demotions));
-  CHECK(tree.stats().resident_pages[0] == 0);
-  CHECK(tree.probe(ab).fastest_tokens[2] == 12);
+  auto const r = tree.insert(seq(0, 8), ids(0, 2));  // 2 pages, the host holds 1
+  auto const copies = tree.take_copies();
+  REQUIRE(copies.size() == 1);
+  CHECK(copies[0].from == tier::device);
+  CHECK(copies[0].to == tier::file);
+  CHECK(!copies[0].demotion);
+  (void)tree.complete(copies[0].id);
+  CHECK(tree.resident(r.node, tier::device));
+  CHECK(tree.resident(r.node, tier::file));
   tree.check_invariants();
 }
 
@@ -742,6 +726,75 @@ std::vector<std::int64_t> complete_all(hiradix_tree& t, std::vector<copy_order> 
   return freed;
 }
 }  // namespace
+
+TEST_CASE("hiradix_tree: a node whose only copy is on the device is demoted, whatever the policy", "[cpu][hiradix]")
+{
+  // Under write-through a parent whose backup found no room (the file tier's write backlog was
+  // full) stays on the device only; once its child has gone below the host, the parent may not be
+  // dropped (a node hangs below it): it must be demoted — past the host if the host has no room —
+  // or its device pages stay pinned for good.
+  hiradix_config c = small_config(write_policy::write_through);
+  c.capacity = {8, 1, 8, 0};
+  c.write_backlog_pages[2] = 2;
+  hiradix_tree tree{c};
+  auto run = [&](std::vector<copy_order> const& v) { (void)complete_all(tree, v); };
+  tokens_t const x = seq(100, 8), a = seq(0, 8), ab = seq(0, 12);  // x, a: 2 pages, b: 1
+  (void)tree.insert(x, ids(4, 2));
+  auto const x_backup = tree.take_copies();  // to the file tier (larger than the host), in flight
+  REQUIRE(x_backup.size() == 1);
+  (void)tree.insert(a, ids(0, 2));
+  CHECK(tree.take_copies().empty());  // the file tier's backlog is full: a's backup is dropped
+  CHECK(tree.stats().writes_dropped[2] == 2);
+  run(x_backup);
+  (void)tree.insert(ab, ids(0, 3));
+  run(tree.take_copies());                     // b's backup
+  run(tree.evict(tier::device, 1).demotions);  // x (it has a file copy)
+  run(tree.evict(tier::device, 1).demotions);  // b (it has a host copy)
+  run(tree.evict(tier::host, 1).demotions);    // b: on the file tier only now
+  REQUIRE(tree.probe(ab).fastest_tokens[0] == 8);
+  REQUIRE(tree.probe(ab).fastest_tokens[2] == 4);
+  auto r = tree.evict(tier::device, 2);
+  CHECK(r.pages == 2);
+  REQUIRE(r.demotions.size() == 1);
+  CHECK(r.demotions[0].to == tier::file);
+  run(r.demotions);
+  CHECK(tree.stats().resident_pages[0] == 0);
+  CHECK(tree.probe(ab).fastest_tokens[2] == 12);
+  tree.check_invariants();
+}
+
+TEST_CASE("hiradix_tree: a record tier takes only what a read would pay for; the rest goes with its parent",
+          "[cpu][hiradix]")
+{
+  // a's middle lies 4 tokens into the prompt, b's 10: past a breakeven of 6 tokens only b is worth
+  // the file tier. When a (its only copy on the device, too large for the host) must leave, b is
+  // cached nowhere else: both go at once rather than pin a's device pages for good.
+  hiradix_config c = small_config(write_policy::write_through);
+  c.capacity = {8, 1, 8, 0};
+  c.record_breakeven_tokens[2] = 6;
+  hiradix_tree tree{c};
+  auto run = [&](std::vector<copy_order> const& v) { (void)complete_all(tree, v); };
+  tokens_t const a = seq(0, 8), ab = seq(0, 12);
+  (void)tree.insert(a, ids(0, 2));
+  CHECK(tree.take_copies().empty());  // not worth the file tier, too large for the host
+  CHECK(tree.stats().writes_not_worth[2] == 2);
+  (void)tree.insert(ab, ids(0, 3));
+  run(tree.take_copies());                     // b's backup to the host
+  run(tree.evict(tier::device, 1).demotions);  // b leaves the device
+  auto const down = tree.evict(tier::host, 1);
+  REQUIRE(down.demotions.size() == 1);  // b is worth the file tier
+  CHECK(down.demotions[0].to == tier::file);
+  run(down.demotions);
+  REQUIRE(tree.probe(ab).fastest_tokens[2] == 4);
+  auto const r = tree.evict(tier::device, 2);
+  CHECK(r.pages == 2);
+  CHECK(r.demotions.empty());
+  CHECK(r.freed == std::vector<std::int64_t>{0, 1});
+  CHECK(tree.probe(ab).tokens == 0);
+  CHECK(tree.stats().resident_pages[2] == 0);
+  CHECK(tree.free_slots(tier::file) == 8);
+  tree.check_invariants();
+}
 
 TEST_CASE("hiradix_tree: evict skips the node it tried even when making room moved the LRU set", "[cpu][hiradix]")
 {

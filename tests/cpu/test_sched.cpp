@@ -263,6 +263,43 @@ TEST_CASE("the file tier costs its measured read, then the PCIe leg, before the 
   STRATA_REQUIRE_THROWS(invalid_argument, "write bandwidth into the file tier must not be negative", costs(negative));
 }
 
+TEST_CASE("a record tier is worth a page past the depth where reading and writing it beat recomputing it",
+          "[cpu][sched]")
+{
+  cost_model base = h200::costs(models::llama31_8b, h200::gpu_assisted_io());
+  io_costs io = base.io();
+  for (auto& l : io.load_latency_s) {
+    l = 0;  // per load, not per page: the rule is per page
+  }
+  double const inf = std::numeric_limits<double>::infinity();
+  CHECK(base.record_breakeven_tokens(tier::host) == -inf);  // not a record tier
+  std::int64_t const p = base.page_tokens();
+  for (double gbps : {1.0, 1.92, 12.0, 48.0}) {
+    cost_model c{base.compute(), io, base.page_bytes(), p};
+    c.set_file_tier(gbps * 1e9, gbps * 1.5e9);
+    double const m = c.record_breakeven_tokens(tier::file);
+    // Keeping one page: read it back (disk, then PCIe) and write it once; against prefilling its P
+    // tokens whose middle lies `depth` tokens in.
+    double const keep = c.load_s({0, 0, 1, 0}) + c.copy_s(tier::host, tier::file, 1);
+    auto recompute = [&](double depth) { return c.prefill_s(p, std::int64_t(std::llround(depth - 0.5 * double(p)))); };
+    INFO(gbps << " GB/s: break-even " << m << " tokens");
+    if (m <= 0.5 * double(p)) {                  // -infinity, or shallower than the first page's middle
+      CHECK(recompute(0.5 * double(p)) > keep);  // pays even for the first page
+      continue;
+    }
+    CHECK(recompute(m) == Catch::Approx(keep).epsilon(1e-3));
+    CHECK(recompute(m + 1000) > keep);
+    CHECK(recompute(std::max(0.5 * double(p), m - 1000)) < keep);
+  }
+  // The H200 machine's disk (1.92 GB/s reads, 2.88 GB/s writes): the tails of long documents only.
+  CHECK(base.record_breakeven_tokens(tier::file) > 70e3);
+  CHECK(base.record_breakeven_tokens(tier::file) < 95e3);
+  // Neither reads nor attention: never pays (+infinity) or always (-infinity).
+  compute_costs flat = base.compute();
+  flat.attention_flop_per_pair = 0;
+  CHECK(cost_model{flat, io, base.page_bytes(), p}.record_breakeven_tokens(tier::file) == inf);
+}
+
 TEST_CASE("the file tier calibrates from bench_file_store's output", "[cpu][sched]")
 {
   std::string const path = "strata_test_file_store.txt";

@@ -47,6 +47,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <functional>
@@ -240,6 +241,8 @@ class cache_controller {
   using log_type = detail::submission_log<executor_type>;
   using submission = typename log_type::entry;
 
+  /// The options with the cost model defaulted (H200 figures for the tiers' geometry), checked.
+  static controller_options checked_options(controller_options o, tiers_type const& tiers);
   [[nodiscard]] hiradix_config index_config() const;
   state& live(request_id id, char const* what) const;
   [[nodiscard]] std::int64_t ids_per_page() const noexcept { return options_.ids_are_pages ? 1 : page_tokens(); }
@@ -284,7 +287,7 @@ class cache_controller {
   controller_options options_;
   scheduler_type scheduler_;
   executor_type executor_;
-  std::vector<detail::kept_record> recovered_;  // until the index adopts them: records kept across a restart
+  detail::recovered_records recovered_;  // records kept across a restart, until the index adopted them
   hiradix_tree tree_;
   mutable std::mutex m_;
   std::unordered_map<request_id, std::unique_ptr<state>, request_hash> requests_;

@@ -35,10 +35,12 @@ struct controller_options {
   /// When device pages are backed up to the host: as soon as they are cached (`write_through`, the
   /// default), after `selective_hits` hits, or when they leave the device (`write_back`).
   write_policy backup_policy = write_policy::write_through;
-  /// When host pages are copied to the file tier: on host eviction (`write_back`, the default), as
-  /// soon as they are on the host (`write_through`: what the host holds survives a restart), or
+  /// When host pages are copied to the file tier: as soon as they are on the host (`write_through`,
+  /// the default: copied ahead of need in the background, so reclaiming host memory later drops a
+  /// page at once instead of waiting for its write; what the host holds survives a restart), on
+  /// host eviction (`write_back`: the write stands between reclamation and the freed page), or
   /// after `selective_hits` hits.
-  write_policy file_backup_policy = write_policy::write_back;
+  write_policy file_backup_policy = write_policy::write_through;
   /// Prefetch of a submitted request's prefix from the file or remote tier into the host tier.
   prefetch_mode prefetch = prefetch_mode::best_effort;
   double prefetch_timeout_s = 0.05;  ///< how long `prefetch_mode::timeout` holds a request back
@@ -51,6 +53,18 @@ struct controller_options {
   cost_model costs{};
   /// The ids given to `submit` are one per page (the simulator's compact index), not token ids.
   bool ids_are_pages = false;
+  /// Copy into a record tier (file, remote) only the pages a later read of them would pay for: a
+  /// read saves more than their write and read cost (`cost_model::record_breakeven_tokens`; on the
+  /// H200 machine's 1.92 GB/s disk, pages beyond ~82K tokens into a Llama-3.1-8B prompt). false:
+  /// every page the write policies send (a mirror that survives restarts whatever it costs to
+  /// read); the plans still choose per request whether to read it.
+  bool records_by_cost = true;
+  /// What a record tier (file, remote) may have on its way in at once, in seconds of its write
+  /// bandwidth (`costs.write_bytes_per_s`: 1 s is 2.9 GB on the H200 machine's disk, 12 GB on a
+  /// PCIe 5 drive; at least one node is always admitted). A write past it is dropped, not queued
+  /// where its pinned source pages would wait for a tier that cannot keep up
+  /// (`hiradix_stats::writes_dropped`); 0: no bound.
+  double record_write_backlog_s = 1.0;
 };
 
 /// @brief A request for `submit`.
@@ -128,8 +142,24 @@ struct cache_stats {
   /// Pages whose copy in a record store (file, remote) failed to read back: dropped from the index,
   /// with every page cached only below them (their prefixes are recomputed).
   std::int64_t discarded_pages = 0;
-  std::int64_t prefetched_pages = 0;  ///< pages copied up to the host tier for waiting requests (submitted)
-  std::int64_t prefetch_waits = 0;    ///< rounds a request was held back for its prefetch
+  std::int64_t prefetched_pages = 0;   ///< pages copied up to the host tier for waiting requests (submitted)
+  std::int64_t prefetch_waits = 0;     ///< rounds a request was held back for its prefetch
+  std::int64_t prefetch_timeouts = 0;  ///< requests that stopped waiting for their prefetch (`prefetch_mode::timeout`)
+  /// Pages below the host a prefetch left there for good: the host had no room for them after
+  /// three tries.
+  std::int64_t prefetch_abandoned_pages = 0;
+  /// Pages below the host not prefetched because recomputing them is predicted faster than reading.
+  std::int64_t prefetch_not_worth_pages = 0;
+  /// Cached pages (in record tiers) the plans chose to recompute instead of reading
+  /// (`choose_prefix`: a slow tier), and the predicted seconds of reading them and of recomputing
+  /// them instead: why a file tier is written but not read.
+  std::int64_t recomputed_pages = 0;
+  double recomputed_read_s = 0;
+  double recomputed_compute_s = 0;
+  /// Pages kept out of each record tier because reading them back would not beat recomputing them,
+  /// and pages not written because the tier's write backlog was full (it could not keep up), per tier.
+  std::array<std::int64_t, tier_count> writes_not_worth{};
+  std::array<std::int64_t, tier_count> writes_dropped{};
   /// File-tier pages the index learned at construction from records kept across a restart
   /// (`file_store::open`); `restore_dropped` counts the records it could not place (no chain to a
   /// first page, another page size, a duplicate): their slots are reused.

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,6 +63,19 @@ struct hiradix_config {
   write_policy file_backup_policy = write_policy::write_back;
   std::int64_t selective_hits = 2;     ///< hits before a selective backup (to the host, or to the file tier)
   std::int64_t delay_hit_tokens = 64;  ///< shortest transient match reported as a delay hit
+  /// Which nodes a record tier (file, remote) is worth: writing and reading a page back cost the
+  /// same at any depth while recomputing it grows with the context before it, so a node whose
+  /// middle lies fewer than `record_breakeven_tokens[t]` real tokens into its prompt saves less by
+  /// a later read than its write and read cost. Such a node is never copied into t
+  /// (`hiradix_stats::writes_not_worth`). The default, -infinity: every node is worth it; the cache
+  /// controller derives it from its cost model (`cost_model::record_breakeven_tokens`).
+  std::array<double, tier_count> record_breakeven_tokens{
+      -std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+      -std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
+  /// Pages that may be on their way into each record tier at once (what its write staging holds):
+  /// a copy that would pass it is dropped rather than queued, so that a slow tier's backlog never
+  /// holds pages that are needed back (`hiradix_stats::writes_dropped`). 0: no bound.
+  std::array<std::int64_t, tier_count> write_backlog_pages{};
 };
 
 /// @brief What `match` found.
@@ -125,6 +139,12 @@ struct hiradix_stats {
   std::array<std::int64_t, tier_count> evicted_pages{};   ///< pages evicted from each tier
   std::array<std::int64_t, tier_count> resident_pages{};  ///< pages resident in each tier now
   std::array<std::int64_t, tier_count> resident_bytes{};  ///< the same in bytes (0 without page_bytes)
+  /// Pages kept out of each record tier because recomputing them is cheaper than reading them back
+  /// (`hiradix_config::record_breakeven_tokens`): each time a copy into the tier was considered.
+  std::array<std::int64_t, tier_count> writes_not_worth{};
+  /// Pages not copied into each record tier because its write backlog was full
+  /// (`hiradix_config::write_backlog_pages`): the tier could not keep up.
+  std::array<std::int64_t, tier_count> writes_dropped{};
 };
 
 /**
@@ -374,8 +394,11 @@ class hiradix_tree {
    * backup that found no room, or a selective one not yet due): it may not be dropped, so it is
    * demoted under any policy, to the host or, when the host has no room, to the first lower tier
    * that has. Leaving the host or the file tier, a node is demoted to the next configured tier.
-   * A node whose only copy finds no room below is dropped if it is an unlocked leaf of the whole
-   * tree, and otherwise stays.
+   * A record tier (file, remote) takes only a node worth reading back and within its write backlog
+   * (`record_breakeven_tokens`, `write_backlog_pages`); one it refuses finds no room there. A node
+   * whose only copy finds no room below is dropped if it is an unlocked leaf of the whole tree, or
+   * if everything below it is unlocked and cached in record tiers only (that subtree goes with it:
+   * no prefix reaches it any more), and otherwise stays.
    * @throw strata::invalid_argument for a negative page count, or a tier the tree does not have
    */
   [[nodiscard]] eviction_result evict(tier t, std::int64_t pages) { return evict_up_to(t, pages, ~std::uint64_t{0}); }
@@ -509,7 +532,18 @@ class hiradix_tree {
   /// `k` cached pages of node `c` matched; `device_run` tracks whether the prefix so far is all on the device.
   void note_cached(match_result& r, node_data const& c, std::int64_t k, bool& device_run) const noexcept;
 
-  /// Queues a device -> host backup of node `i` if it is on the device only and nothing is pending.
+  /// Whether a copy of node `i` into record tier `t` is admitted: worth reading back
+  /// (`record_breakeven_tokens`) and within the tier's write backlog; counts what it refuses.
+  bool admit_record(std::uint32_t i, tier t);
+  /// Real tokens on the path above node `i`.
+  [[nodiscard]] std::int64_t depth_tokens(std::uint32_t i) const noexcept;
+  /// Drops node `i`'s only copy in tier `t` together with its whole subtree when that subtree is
+  /// cached in record tiers only and nothing of it is locked, pinned or transient (it cannot be
+  /// reached once `i` goes). Returns whether it did; the freed pages of `t` go to `freed`.
+  bool drop_with_record_subtree(std::uint32_t i, tier t, std::vector<std::int64_t>& freed);
+
+  /// Queues a device -> host backup of node `i` if it is on the device only and nothing is pending
+  /// (a node larger than the whole host tier is backed up to the file tier instead, if admitted).
   void backup(std::uint32_t i);
 
   /// Queues a host -> file copy of node `i` (the file write policy) if it is on the host only and
@@ -545,6 +579,7 @@ class hiradix_tree {
   std::uint64_t clock_{};
   hiradix_stats stats_{};
   std::array<std::int64_t, tier_count> held_{};
+  std::array<std::int64_t, tier_count> inbound_{};  // pages of pending copies into each tier
 };
 
 }  // namespace strata

@@ -17,6 +17,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace strata {
 
@@ -32,11 +33,6 @@ struct compute_costs {
   double decode_s_per_sequence = 0;      ///< per sequence in the batch (the batch's GEMM rows)
   std::int64_t layers = 0;               ///< layers: the granularity of layer-wise load/compute overlap
 };
-
-/// @brief Whether pages of tier `t` are records that reach the device through host memory (the
-///        file and remote tiers: `record_store`s, read into page-first host records, then copied
-///        over PCIe like a host-tier load).
-[[nodiscard]] constexpr bool is_record_tier(tier t) noexcept { return t == tier::file || t == tier::remote; }
 
 /// @brief Costs of moving pages between tiers, as one transfer system does it.
 struct io_costs {
@@ -214,6 +210,32 @@ class cost_model {
     double const rest = load - std::clamp(serial, 0.0, load);
     return std::max(
         0.0, batch_s(load, compute, serial) - (io_.layerwise_overlap ? slowed_compute_s(rest, compute) : compute));
+  }
+
+  /**
+   * @brief How deep into a prompt a page must lie before keeping it in record tier `t` pays: a
+   *        later read of it from `t` saves more than recomputing it would cost, by more than the
+   *        time its write holds the pages it copies. In tokens before the page's middle.
+   *
+   * Writing and reading a page cost the same at any depth (the tier's write; its read, then the
+   * PCIe leg); recomputing it costs its linear prefill plus attention to every token before it,
+   * which grows with the depth. A page of P tokens whose middle lies m tokens in costs P (a + m f)
+   * to recompute (a: linear seconds per token, f: attention seconds per (query, key) pair), P r to
+   * read and P w to write, so keeping it pays past m = (r + w - a) / f. -infinity: it always pays
+   * (and for tiers that are not record tiers); +infinity: it never does.
+   */
+  [[nodiscard]] double record_breakeven_tokens(tier t) const noexcept
+  {
+    double const inf = std::numeric_limits<double>::infinity();
+    if (!is_record_tier(t) || page_bytes_ == 0) { return -inf; }
+    double const per_token = double(page_bytes_) / double(page_tokens_);
+    double const r = per_token * (1 / io_.load_bytes_per_s[std::size_t(t)] +
+                                  1 / io_.load_bytes_per_s[std::size_t(tier::host)] + io_.cpu_s_per_byte);
+    double const w = per_token / write_bytes_per_s(t);
+    double const a = compute_.prefill_s_per_token;
+    double const f = compute_.attention_flop_per_pair / compute_.attention_flops;
+    if (f <= 0) { return r + w < a ? -inf : inf; }
+    return (r + w - a) / f;
   }
 
   /**

@@ -49,6 +49,11 @@ struct engine_config {
   /// Prefix prefetch from the file (remote) tier to the host at arrival (`controller_options::prefetch`).
   prefetch_mode prefetch = prefetch_mode::best_effort;
   double prefetch_timeout_s = 0.05;  ///< virtual seconds, for `prefetch_mode::timeout`
+  /// Record tiers take only what a later read pays for, copied as pages reach the host, and drop
+  /// writes past their backlog (`controller_options::records_by_cost`, `file_backup_policy`,
+  /// `record_write_backlog_s`); false: every page, written back on host eviction, queued however
+  /// long (the file tier before issue 20).
+  bool record_rules = true;
 
   /// @throw strata::invalid_argument for an empty (default) cost model, a device pool of no pages,
   ///        negative tiers, or a non-positive budget
@@ -166,6 +171,12 @@ class engine {
     rec.arrival_s = at;
     rec.prompt_tokens = r.prompt_tokens;
     rec.output_tokens = r.output_tokens;
+    if (first_chunk_pages(r.prompt_tokens, r.output_tokens, 0, 0, config_.costs.page_tokens()) > config_.device_pages) {
+      rec.finish_s = now_;  // larger than the device pool: the controller refuses it, turned away at once
+      finished_.push_back(r.id);
+      ++counters_.rejected;
+      return;
+    }
     cache_.submit({r.id, a->tokens, r.prompt_tokens, r.output_tokens, at});
     ++waiting_;
     actives_.emplace(r.id, std::move(a));
@@ -236,6 +247,11 @@ class engine {
     o.delay_hit_tokens = c.delay_hit_tokens;
     o.costs = c.costs;
     o.ids_are_pages = true;  // the index holds one id per page
+    if (!c.record_rules) {   // the file tier before issue 20
+      o.file_backup_policy = write_policy::write_back;
+      o.records_by_cost = false;
+      o.record_write_backlog_s = 0;
+    }
     return o;
   }
   [[nodiscard]] std::int64_t page_tokens() const noexcept { return config_.costs.page_tokens(); }

@@ -13,20 +13,31 @@ template <cache_policies Policies>
 cache_controller<Policies>::cache_controller(tiers_type tiers, controller_options options, scheduler_type scheduler,
                                              executor_type executor)
     : tiers_{std::move(tiers)},
-      options_{std::move(options)},
+      options_{checked_options(std::move(options), tiers_)},
       scheduler_{std::move(scheduler)},
       executor_{std::move(executor)},
-      recovered_{(detail::check_record_ids(tiers_, ids_per_page()), detail::take_recovered(tiers_))},
+      recovered_{(detail::check_record_ids(tiers_, ids_per_page()), tiers_)},
       tree_{index_config(), tiers_.slots()}
 {
-  if (options_.costs.page_bytes() == 0) { options_.costs = h200::costs_for(tiers_.geometry()); }
-  STRATA_EXPECTS(options_.costs.page_tokens() == page_tokens(), "cache_controller: the cost model's pages hold ",
-                 options_.costs.page_tokens(), " tokens, the tiers' ", page_tokens());
-  STRATA_EXPECTS(options_.prefetch_timeout_s >= 0 && options_.prefetch_timeout_s < 1e9,
-                 "cache_controller: prefetch_timeout_s must be in [0, 1e9) seconds, got ", options_.prefetch_timeout_s);
-  detail::restore_counts const r = detail::restore(tree_, std::exchange(recovered_, {}), ids_per_page());
+  detail::restore_counts const r = detail::restore(tree_, recovered_.take(), ids_per_page());
+  recovered_.done();
   stats_.restored_pages = r.restored;
   stats_.restore_dropped = r.dropped;
+}
+
+template <cache_policies Policies>
+controller_options cache_controller<Policies>::checked_options(controller_options o, tiers_type const& tiers)
+{
+  if (o.costs.page_bytes() == 0) { o.costs = h200::costs_for(tiers.geometry()); }
+  STRATA_EXPECTS(o.costs.page_tokens() == tiers.geometry().page_tokens,
+                 "cache_controller: the cost model's pages hold ", o.costs.page_tokens(), " tokens, the tiers' ",
+                 tiers.geometry().page_tokens);
+  STRATA_EXPECTS(o.prefetch_timeout_s >= 0 && o.prefetch_timeout_s < 1e9,
+                 "cache_controller: prefetch_timeout_s must be in [0, 1e9) seconds, got ", o.prefetch_timeout_s);
+  STRATA_EXPECTS(o.record_write_backlog_s >= 0 && o.record_write_backlog_s < 1e9,
+                 "cache_controller: record_write_backlog_s must be in [0, 1e9) seconds, got ",
+                 o.record_write_backlog_s);
+  return o;
 }
 
 template <cache_policies Policies>
@@ -46,6 +57,14 @@ void cache_controller<Policies>::submit(cache_request const& r, stream_type stre
   std::int64_t const whole = by_page ? ids : ids / page_tokens();
   STRATA_EXPECTS(whole <= prompt / page_tokens() && (by_page || prompt == ids), "cache_controller::submit: request ",
                  r.id.value, " has ", prompt, " prompt tokens for ", ids, by_page ? " page ids" : " token ids");
+  // Its first chunk holds a page for every prompt and output token: a request that cannot fit the
+  // whole pool would wait for ever.
+  std::int64_t const pt = page_tokens();
+  std::int64_t const needed = first_chunk_pages(prompt, r.max_new_tokens, 0, 0, pt);
+  STRATA_EXPECTS(needed <= tiers_.capacity(tier::device), "cache_controller::submit: request ", r.id.value, " needs ",
+                 needed, " device pages (", (prompt + pt - 1) / pt, " for its ", prompt, "-token prompt, ",
+                 (r.max_new_tokens + pt - 1) / pt, " for ", r.max_new_tokens,
+                 " new tokens), more than the device pool's ", tiers_.capacity(tier::device));
   auto s = std::make_unique<state>();
   s->tokens.assign(r.tokens.begin(), r.tokens.end());
   s->prompt_tokens = prompt;
@@ -361,7 +380,10 @@ cache_stats cache_controller<Policies>::stats() const
   std::lock_guard lock{m_};
   cache_stats s = stats_;
   s.bytes_moved = log_.bytes_moved();
-  s.evicted_pages = tree_.stats().evicted_pages;
+  hiradix_stats const t = tree_.stats();
+  s.evicted_pages = t.evicted_pages;
+  s.writes_not_worth = t.writes_not_worth;
+  s.writes_dropped = t.writes_dropped;
   return s;
 }
 

@@ -24,6 +24,16 @@ hiradix_config cache_controller<Policies>::index_config() const
   c.file_backup_policy = options_.file_backup_policy;
   c.selective_hits = options_.selective_hits;
   c.delay_hit_tokens = options_.delay_hit_tokens;
+  for (tier t : {tier::file, tier::remote}) {  // a slow tier holds only what is worth reading back
+    if (options_.records_by_cost) {
+      c.record_breakeven_tokens[std::size_t(t)] = options_.costs.record_breakeven_tokens(t);
+    }
+    // Pages the tier writes in record_write_backlog_s (0: no bound).
+    double const pages =
+        std::ceil(options_.record_write_backlog_s * options_.costs.write_bytes_per_s(t) / double(g.page_bytes()));
+    c.write_backlog_pages[std::size_t(t)] =
+        options_.record_write_backlog_s > 0 ? std::int64_t(std::max(1.0, std::min(pages, 1e15))) : 0;
+  }
   return c;
 }
 
@@ -96,10 +106,26 @@ bool cache_controller<Policies>::start(prefill_item const& it, stream_type strea
   auto pages = allocate(first_chunk_pages(s.prompt_tokens, s.max_new_tokens, cached, to_load, page_tokens()));
   log_.submit_queued(executor_, tiers_, tree_, stream, /*device_sources=*/true);
   if (!pages) { return false; }
+  // Cached pages below its prefix that the plan chose to recompute (`prefill_item::prefix_pages`:
+  // reading a slow tier would take longer), counted with the predicted times of both ways.
+  std::int64_t recomputed = 0;
+  if (it.prefix_pages >= 0) {
+    match_result const whole = tree_.probe(s.tokens);
+    recomputed = std::max<std::int64_t>(0, whole.tokens / page_tokens() - cached);
+    if (recomputed > 0) {
+      std::array<std::int64_t, tier_count> below{};
+      for (tier t : {tier::file, tier::remote}) {
+        below[std::size_t(t)] = whole.fastest_tokens[std::size_t(t)] / page_tokens();
+      }
+      stats_.recomputed_pages += recomputed;
+      stats_.recomputed_read_s += options_.costs.load_s(below);
+      stats_.recomputed_compute_s += options_.costs.prefill_s(recomputed * page_tokens(), cached * page_tokens());
+    }
+  }
   if (scheduler_.uses_transient_nodes()) {
     // Pages it computes that no mark covers: all of them when it could not mark, and the cached
-    // pages below its prefix that the plan chose to recompute (`prefill_item::prefix_pages`: a
-    // slow tier), so that a request extending them waits instead of computing them too.
+    // pages below its prefix that the plan chose to recompute, so that a request extending them
+    // waits instead of computing them too.
     std::size_t const unmarked =
         s.transient_pages == 0
             ? keys.size()
@@ -146,7 +172,11 @@ void cache_controller<Policies>::prefetch(state& s, stream_type stream)
   if (options_.prefetch == prefetch_mode::off || !tree_.has_tier(tier::host)) { return; }
   match_result const m = tree_.probe(s.tokens);
   std::int64_t const below = m.fastest_tokens[std::size_t(tier::file)] + m.fastest_tokens[std::size_t(tier::remote)];
-  if (below == 0 || !worth_reading(m, s.prompt_tokens)) { return; }
+  if (below == 0) { return; }
+  if (!worth_reading(m, s.prompt_tokens)) {
+    stats_.prefetch_not_worth_pages += below / page_tokens();
+    return;
+  }
   log_.collect(tree_);  // copies queued before: not this prefetch's
   ++s.prefetch_tries;
   std::vector<copy_order> orders = tree_.prefetch(m.node);
@@ -157,6 +187,7 @@ void cache_controller<Policies>::prefetch(state& s, stream_type stream)
   // The demotions that make room on the host, each its own submission (settles when it lands).
   s.prefetch_room = log_.submit_collected(executor_, tiers_, tree_, stream);
   s.prefetch_retry = got < below && !s.prefetch_room.empty() && s.prefetch_tries < 3;
+  if (got < below && !s.prefetch_retry) { stats_.prefetch_abandoned_pages += (below - got) / page_tokens(); }
   if (!orders.empty()) {
     for (auto const& o : orders) {
       stats_.prefetched_pages += std::int64_t(o.to_pages.size());
@@ -200,10 +231,13 @@ bool cache_controller<Policies>::held_for_prefetch(std::vector<std::size_t>& sho
     state& s = *waiting_state_[i];
     if (s.prefetch != 0) {
       auto const at = log_.position(s.prefetch);
-      if (!at || settle(*at) ||
-          (options_.prefetch == prefetch_mode::timeout && s.prefetch_at &&
-           t - *s.prefetch_at >= options_.prefetch_timeout_s)) {
-        s.prefetch = 0;  // landed, failed (its pages are read from below, or recomputed), or timed out
+      bool const timed_out = options_.prefetch == prefetch_mode::timeout && s.prefetch_at &&
+                             t - *s.prefetch_at >= options_.prefetch_timeout_s;
+      if (!at || settle(*at)) {
+        s.prefetch = 0;  // landed, or failed (its pages are read from below, or recomputed)
+      } else if (timed_out) {
+        s.prefetch = 0;
+        ++stats_.prefetch_timeouts;
       }
     }
     if (s.prefetch != 0) {

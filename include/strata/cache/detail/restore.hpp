@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -45,31 +46,55 @@ void check_record_ids(Tiers const& tiers, std::int64_t ids_per_page)
 }
 
 /**
- * @brief Takes the records the stack's file tier kept across a restart (a `restorable_store`) and
- *        gives their slots back to its allocator, so that the index — which must be its allocators'
- *        only user — can claim the ones it places. Records the store no longer holds as recovered
- *        (a store reused by a second controller has moved on since) are left.
+ * @brief The records the stack's file tier kept across a restart (a `restorable_store`), taken out
+ *        of its allocator so that the index — which must be its allocators' only user — can claim
+ *        the ones it places. Records the store no longer holds as recovered (a store reused by a
+ *        second controller has moved on since) are left. Until `done()`, the destructor claims
+ *        back every slot it released that nobody claimed since: a controller whose construction
+ *        fails leaves the store as it found it.
  */
-template <class Tiers>
-std::vector<kept_record> take_recovered(Tiers& tiers)
-{
-  std::vector<kept_record> out;
-  if constexpr (Tiers::has(tier::file)) {
-    auto& store = tiers.template get<tier::file>();
-    if constexpr (restorable_store<std::remove_cvref_t<decltype(store)>>) {
-      std::vector<std::int64_t> slots;
-      for (auto const& r : store.recovered()) {
-        if (!store.slots().is_allocated(r.slot) || store.key(r.slot) != std::optional<std::uint64_t>{r.key}) {
-          continue;
+class recovered_records {
+ public:
+  recovered_records() = default;
+  template <class Tiers>
+  explicit recovered_records(Tiers& tiers)
+  {
+    if constexpr (Tiers::has(tier::file)) {
+      auto& store = tiers.template get<tier::file>();
+      if constexpr (restorable_store<std::remove_cvref_t<decltype(store)>>) {
+        for (auto const& r : store.recovered()) {
+          if (!store.slots().is_allocated(r.slot) || store.key(r.slot) != std::optional<std::uint64_t>{r.key}) {
+            continue;
+          }
+          records_.push_back({r.slot, r.key, r.parent_key, {r.ids.begin(), r.ids.end()}});
+          released_.push_back(r.slot);
         }
-        out.push_back({r.slot, r.key, r.parent_key, {r.ids.begin(), r.ids.end()}});
-        slots.push_back(r.slot);
+        if (!released_.empty()) {
+          store.slots().release(released_);
+          slots_ = &store.slots();
+        }
       }
-      if (!slots.empty()) { store.slots().release(slots); }
     }
   }
-  return out;
-}
+  recovered_records(recovered_records const&) = delete;
+  recovered_records& operator=(recovered_records const&) = delete;
+  ~recovered_records()
+  {
+    if (slots_ == nullptr) { return; }
+    for (auto s : released_) {
+      if (!slots_->is_allocated(s)) { slots_->claim(std::span<std::int64_t const>{&s, 1}); }
+    }
+  }
+  /// @brief The records, handed out once.
+  [[nodiscard]] std::vector<kept_record> take() { return std::exchange(records_, {}); }
+  /// @brief The index has adopted what it could place: the slots it left are free for good.
+  void done() noexcept { slots_ = nullptr; }
+
+ private:
+  std::vector<kept_record> records_;
+  std::vector<std::int64_t> released_;
+  slot_allocator* slots_ = nullptr;
+};
 
 /// @brief What `restore` placed.
 struct restore_counts {

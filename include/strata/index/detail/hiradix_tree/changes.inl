@@ -377,7 +377,8 @@ inline auto hiradix_tree::cancel(transfer_id id) -> std::vector<std::int64_t>
 inline auto hiradix_tree::order(std::uint32_t i, tier from, tier to, bool demotion) -> copy_order
 {
   transfer_id const id = ++next_transfer_;
-  transfers_.emplace(id, pending{{i}, from, to, demotion});
+  transfers_.emplace(id, pending{{i}, from, to, demotion, nodes_[i].pages()});
+  inbound_[std::size_t(to)] += nodes_[i].pages();
   node_data& n = nodes_[i];
   unaccount(i);
   ++n.pins[std::size_t(from)];
@@ -410,6 +411,7 @@ inline auto hiradix_tree::order(std::uint32_t i, tier from, tier to, bool demoti
 
 inline auto hiradix_tree::unpin(pending const& t) -> void
 {
+  inbound_[std::size_t(t.to)] -= t.pages;
   for (auto i : t.nodes) {
     unaccount(i);
     --nodes_[i].pins[std::size_t(t.from)];
@@ -437,6 +439,14 @@ inline auto hiradix_tree::backup(std::uint32_t i) -> void
 {
   node_data const& n = nodes_[i];
   if (!has_tier(tier::host) || !n.resident[0] || n.resident[1] || n.pins[0] != 0 || n.pins[1] != 0) { return; }
+  if (n.pages() > config_.capacity[1]) {  // larger than the whole host tier: the file tier keeps it
+    if (!has_tier(tier::file) || n.resident[2] || n.pins[2] != 0 || !admit_record(i, tier::file)) { return; }
+    if (auto pages = allocate(tier::file, n.pages(), i)) {
+      set_pages(i, tier::file, *pages);
+      queued_.push_back(order(i, tier::device, tier::file, false));
+    }
+    return;
+  }
   if (auto pages = allocate(tier::host, n.pages(), i)) {
     set_pages(i, tier::host, *pages);
     queued_.push_back(order(i, tier::device, tier::host, false));
@@ -447,10 +457,36 @@ inline auto hiradix_tree::file_backup(std::uint32_t i) -> void
 {
   node_data const& n = nodes_[i];
   if (!has_tier(tier::file) || !n.resident[1] || n.resident[2] || n.pins[1] != 0 || n.pins[2] != 0) { return; }
+  if (!admit_record(i, tier::file)) { return; }
   if (auto pages = allocate(tier::file, n.pages(), i)) {
     set_pages(i, tier::file, *pages);
     queued_.push_back(order(i, tier::host, tier::file, false));
   }
+}
+
+inline auto hiradix_tree::depth_tokens(std::uint32_t i) const noexcept -> std::int64_t
+{
+  std::int64_t pages = 0;
+  for (std::uint32_t k = nodes_[i].parent; k != 0; k = nodes_[k].parent) {
+    pages += nodes_[k].pages();
+  }
+  return pages * page_token_count();
+}
+
+inline auto hiradix_tree::admit_record(std::uint32_t i, tier t) -> bool
+{
+  std::size_t const u = std::size_t(t);
+  std::int64_t const pages = nodes_[i].pages();
+  double const middle = double(depth_tokens(i)) + 0.5 * double(pages * page_token_count());
+  if (middle < config_.record_breakeven_tokens[u]) {
+    stats_.writes_not_worth[u] += pages;
+    return false;
+  }
+  if (config_.write_backlog_pages[u] > 0 && inbound_[u] > 0 && inbound_[u] + pages > config_.write_backlog_pages[u]) {
+    stats_.writes_dropped[u] += pages;
+    return false;
+  }
+  return true;
 }
 
 }  // namespace strata

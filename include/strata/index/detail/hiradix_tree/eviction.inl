@@ -21,12 +21,13 @@ inline auto hiradix_tree::evict_up_to(tier t, std::int64_t pages, std::uint64_t 
     std::uint32_t const i = candidates.begin()->second;
     std::int64_t const count = nodes_[i].pages();
     if (auto const below = demotion_target(i, t)) {
-      auto to = allocate(*below, count, i);
+      // Into a record tier only what is worth reading back, and what its backlog can take.
       tier into = *below;
+      auto to = is_record_tier(into) && !admit_record(i, into) ? std::nullopt : allocate(into, count, i);
       // A node stuck on the device (its only copy, nodes below it) that finds no room on the
       // host goes further down rather than stay.
       for (std::size_t u = std::size_t(into) + 1; !to && stuck_on_device(i, t) && u < tier_count; ++u) {
-        if (has_tier(tier(u))) { to = allocate(into = tier(u), count, i); }
+        if (has_tier(tier(u)) && admit_record(i, tier(u))) { to = allocate(into = tier(u), count, i); }
       }
       if (to) {
         set_pages(i, into, *to);
@@ -42,6 +43,12 @@ inline auto hiradix_tree::evict_up_to(tier t, std::int64_t pages, std::uint64_t 
     if (!nodes_[i].candidate[std::size_t(t)]) { continue; }
     bool const unlocked = nodes_[i].locks[0] + nodes_[i].locks[1] + nodes_[i].locks[2] + nodes_[i].locks[3] == 0;
     if (!copies_elsewhere(i, t) && (!nodes_[i].children.empty() || !unlocked)) {  // no room below for the only copy
+      // Nodes below it that only record tiers hold go with it: once it leaves no prefix reaches them.
+      if (unlocked && drop_with_record_subtree(i, t, r.freed)) {
+        r.pages += count;
+        stats_.evicted_pages[std::size_t(t)] += count;
+        continue;
+      }
       set_candidate(i, t, false);
       skipped.push_back(i);
       continue;
@@ -55,6 +62,38 @@ inline auto hiradix_tree::evict_up_to(tier t, std::int64_t pages, std::uint64_t 
     if (nodes_[i].alive) { refresh(i); }
   }
   return r;
+}
+
+inline auto hiradix_tree::drop_with_record_subtree(std::uint32_t i, tier t, std::vector<std::int64_t>& freed) -> bool
+{
+  std::vector<std::uint32_t> below;  // parents before children
+  auto add_children = [&](std::uint32_t k) {
+    for (auto const& [key, first] : nodes_[k].children) {
+      for (std::uint32_t c = first; c != npos; c = nodes_[c].next_same_key) {
+        below.push_back(c);
+      }
+    }
+  };
+  add_children(i);
+  if (below.empty()) { return false; }
+  for (std::size_t k = 0; k < below.size(); ++k) {
+    node_data const& n = nodes_[below[k]];
+    bool const locked = n.locks[0] + n.locks[1] + n.locks[2] + n.locks[3] > 0;
+    if (n.state != transient_state::none || has_pins(n) || locked || n.resident[0] || n.resident[1]) { return false; }
+    add_children(below[k]);
+  }
+  for (auto it = below.rbegin(); it != below.rend(); ++it) {  // children first
+    for (std::size_t u = 0; u < tier_count; ++u) {
+      if (nodes_[*it].resident[u]) {
+        stats_.evicted_pages[u] += nodes_[*it].pages();
+        internal_.emplace_back(tier(u), drop(*it, tier(u), false));  // record slots the tree freed itself
+      }
+    }
+    remove_node(*it);
+  }
+  auto ids = drop(i, t, true);
+  freed.insert(freed.end(), ids.begin(), ids.end());
+  return true;
 }
 
 inline auto hiradix_tree::copies_elsewhere(std::uint32_t i, tier t) const noexcept -> bool

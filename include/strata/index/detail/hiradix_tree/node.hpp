@@ -51,6 +51,7 @@ struct radix_transfer {
   std::vector<std::uint32_t> nodes;  ///< the ordered node, and the upper halves it was split into
   tier from, to;
   bool demotion;
+  std::int64_t pages;  ///< pages it moves (counted in the destination's inbound backlog)
 };
 
 }  // namespace strata::detail
