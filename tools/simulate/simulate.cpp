@@ -100,6 +100,8 @@ struct options {
   std::optional<write_policy> policy;                    // unset: write_through (the file sweep: write_back)
   prefetch_mode prefetch = prefetch_mode::best_effort;
   bool file_sweep = false;
+  bool file_grid = false;
+  bool record_rules = true;  // false: record tiers take every page, unbounded backlog (before issue 20)
 };
 
 [[noreturn]] void usage(int code)
@@ -139,6 +141,9 @@ struct options {
       "                                  --file-sweep: write_back)\n"
       "  --prefetch off|best_effort|wait_complete|timeout   file -> host prefetch of a prefix at arrival\n"
       "                                  (default best_effort; timeout: 50 ms of virtual time)\n"
+      "  --record-rules on|off           off: the file tier takes every page the write policies send and\n"
+      "                                  queues every write (before issue 20); on (default): only pages a\n"
+      "                                  later read pays for, writes past a 64 MiB backlog dropped\n"
       "  --out DIR                       per-request CSV, summary.md, chart data ttft_cdf.csv and, with\n"
       "                                  python3 + matplotlib, ttft_cdf.png (created if missing)\n"
       "  --sweep                         acceptance sweeps (50/80/95%% load, 3 seeds, every workload); takes\n"
@@ -150,6 +155,11 @@ struct options {
       "                                  device only; srpt and strata, 3 seeds, 50%% and 80%% load; takes --out\n"
       "                                  (default sweep/), --requests (default 1200), --budget, --device-pages and\n"
       "                                  the --file-* options\n"
+      "  --file-grid                     the lower-tier acceptance grid: every workload (and --trace FILE) at\n"
+      "                                  its default load, host tiers of 2048 pages and of a quarter of the\n"
+      "                                  working set, file tiers of 1, 1.92, 12 and 48 GB/s with and without\n"
+      "                                  the record rules, against no file tier; strata, 3 seeds; takes --out\n"
+      "                                  (default sweep/), --requests, --trace and --progress\n"
       "  --progress                      progress bar (on by itself from 20000 requests)\n"
       "exit status: 0 done, 1 failed (files, saturation search), 2 bad option or trace,\n"
       "             3 requests turned away (a prompt larger than the KV pool)\n",
@@ -251,6 +261,12 @@ options parse(int argc, char** argv)
       STRATA_EXPECTS(!o.file_bench.empty(), "--file-bench needs a file, got ''");
     } else if (a == "--file-sweep") {
       o.file_sweep = true;
+    } else if (a == "--file-grid") {
+      o.file_grid = true;
+    } else if (a == "--record-rules") {
+      std::string const v = value(i);
+      STRATA_EXPECTS(v == "on" || v == "off", "--record-rules must be on or off, got '", v, "'");
+      o.record_rules = v == "on";
     } else if (a == "--write-policy") {
       std::string const v = value(i);
       STRATA_EXPECTS(v == "write_through" || v == "write_back",
@@ -311,6 +327,7 @@ engine_config engine_for(options const& o, io_costs const& io, std::string const
   c.backup_policy = o.policy.value_or(write_policy::write_through);
   c.prefetch = o.prefetch;
   c.token_budget = o.budget;
+  c.record_rules = o.record_rules;
   return c;
 }
 
@@ -882,7 +899,7 @@ std::int64_t working_set_pages(workload const& w)
  * tokens) whose working set exceeds the host tier (a quarter of it unless --host-pages), with a
  * file tier holding the rest; against the same host tier alone, and against no lower tier at all
  * (every page that leaves the GPU is recomputed). Loads: 50% and 80% of the saturating rate of
- * longest_prefix with the file tier, per seed; strategies srpt (the strongest baseline) and strata.
+ * longest_prefix with the host tier alone, per seed; strategies srpt (the strongest baseline) and strata.
  * Every run is checked: all requests served, every prompt token cached or computed once.
  */
 int run_file_sweep(options const& o)
@@ -925,7 +942,8 @@ int run_file_sweep(options const& o)
       if (name == device_only) { c.host_pages = 0; }
       return c;
     };
-    double const saturating = find_saturating_rate(make, file_config, 0.5, "long_documents with a file tier");
+    // The load is set without the tier under study, so that it is the same whatever the file tier does.
+    double const saturating = find_saturating_rate(make, config_of(host_only), 0.5, "long_documents, host only");
     std::snprintf(buf, sizeof buf,
                   "- seed %llu: working set %lld pages (%.0f GiB), host tier %lld pages, file tier %lld pages; "
                   "saturating rate %.3f requests/s\n",
@@ -975,7 +993,8 @@ int run_file_sweep(options const& o)
      << policy << " device -> host, a " << base.device_pages << "-page device pool. File tier: reads " << file_gbps
      << " GB/s, writes " << write_gbps << " GB/s, " << base.costs.io().load_latency_s[std::size_t(tier::file)] * 1e6
      << " us per load, its pages then over PCIe at the host tier's rate; its reads precede the batch's compute. "
-        "Load: a share of the saturating rate of longest_prefix with the file tier (per seed). Means over seeds 1-3 "
+        "Load: a share of the saturating rate of longest_prefix with the host tier alone (per seed). Means over seeds "
+        "1-3 "
         "(of each seed's mean and percentiles). Hits: the share of prompt tokens found in each tier (the fastest "
         "holding them); the rest was computed. File read s: batch time spent reading file records, summed.\n\n"
      << notes.str()
@@ -1017,6 +1036,196 @@ int run_file_sweep(options const& o)
 
 }  // namespace
 
+/**
+ * The lower-tier acceptance grid (issue 20): does a file tier ever make serving worse? Every
+ * workload at its default load (the demo's as a user runs it; the trace at its own arrivals),
+ * host tiers of 2,048 pages and of a quarter of the working set, file tiers of 1, 1.92 (the H200
+ * machine's disk, measured), 12 (one PCIe 5 drive) and 48 GB/s (four in RAID-0) of reads
+ * (writes: 1.5x the reads at the two slow rates, as measured at 1.92; equal at the fast ones),
+ * with the record rules (today) and without them (every page written, every write queued: the
+ * tier before issue 20), each against the same run with no file tier. strata, seeds 1-3.
+ */
+int run_file_grid(options const& o)
+{
+  std::string const dir = o.out.empty() ? "sweep" : o.out;
+  prepare_out(dir);
+  std::vector<std::string> workloads{"long_documents", "multi_turn", "short_chat"};
+  std::string const trace_name = "Mooncake trace";
+  workload trace;
+  if (!o.trace.empty()) {
+    trace = replay(o.trace, engine_for(o, h200::gpu_assisted_io()).costs.page_tokens(), o.trace_pages);
+    check_trace(trace, o.trace);
+    workloads.push_back(trace_name);
+  }
+  struct rate {
+    double read_gbps, write_gbps;
+  };
+  std::vector<rate> const rates{{1, 1.5}, {1.92, 2.88}, {12, 12}, {48, 48}};
+  struct cell {
+    std::string workload, host;
+    int rate = -1;  // index into rates; -1: no file tier
+    bool rules = true;
+    std::uint64_t seed = 0;
+    summary s;
+  };
+  std::vector<cell> cells;
+  std::ostringstream notes, problems;
+  char buf[1024];
+  auto const t0 = std::chrono::steady_clock::now();
+  for (auto const& wname : workloads) {
+    bool const is_trace = wname == trace_name;
+    std::vector<std::uint64_t> const seeds =
+        is_trace ? std::vector<std::uint64_t>{1} : std::vector<std::uint64_t>{1, 2, 3};
+    for (auto seed : seeds) {
+      workload const w = is_trace ? trace : make_workload(wname, o.requests, std::nullopt, seed);
+      std::int64_t const working_set = working_set_pages(w);
+      // The file tier holds the whole working set (the design's premise: NVMe arrays hold terabytes).
+      std::int64_t const file_pages = o.file_pages.value_or(working_set);
+      std::vector<std::int64_t> hosts{2048};
+      if (working_set / 4 != 2048) { hosts.push_back(working_set / 4); }
+      options base_o = o;
+      base_o.file_pages = 0;
+      engine_config const base = engine_for(base_o, h200::gpu_assisted_io(), is_trace ? "" : wname);
+      std::snprintf(buf, sizeof buf,
+                    "- %s, seed %llu: %zu requests, working set %lld pages (%.0f GiB), file tier %lld pages\n",
+                    wname.c_str(), (unsigned long long)seed, w.requests.size(), (long long)working_set,
+                    double(working_set) * double(base.costs.page_bytes()) / double(1 << 30), (long long)file_pages);
+      notes << buf;
+      std::fprintf(stderr, "%s", buf);
+      for (std::size_t h = 0; h < hosts.size(); ++h) {
+        std::string const host = h == 0 ? "2048" : "1/4 working set";
+        auto add = [&](int ri, bool rules) {
+          engine_config c = base;
+          c.host_pages = hosts[h];
+          if (ri >= 0) {
+            c.file_pages = file_pages;
+            c.costs.set_file_tier(rates[ri].read_gbps * 1e9, rates[ri].write_gbps * 1e9);
+          }
+          c.record_rules = rules;
+          auto const r = run("strata", w, c, {}, 1, o.progress);
+          for (auto const& x : r.records) {
+            std::int64_t cached = 0;
+            for (auto t : x.cached_tokens) {
+              cached += t;
+            }
+            bool const rejected =  // turned away at arrival: larger than the device pool
+                !x.served() &&
+                first_chunk_pages(x.prompt_tokens, x.output_tokens, 0, 0, c.costs.page_tokens()) > c.device_pages;
+            // A prompt cached whole still computes its last token (for its logits).
+            bool const once =
+                cached + x.computed_tokens == x.prompt_tokens || (cached == x.prompt_tokens && x.computed_tokens == 1);
+            if (!rejected && (!x.served() || x.first_token_s < x.arrival_s || !once)) {
+              problems << "- " << wname << ", seed " << seed << ", host " << hosts[h] << ", rate " << ri << ": request "
+                       << x.id.value << " served wrong\n";
+            }
+          }
+          cells.push_back({wname, host, ri, rules, seed, summarize(r, "strata")});
+        };
+        add(-1, true);
+        for (int ri = 0; ri < int(rates.size()); ++ri) {
+          add(ri, true);
+          add(ri, false);
+        }
+      }
+    }
+  }
+  double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Means over seeds of one configuration's figure.
+  auto mean = [&](std::string const& w, std::string const& host, int ri, bool rules, auto field) {
+    double sum = 0;
+    int n = 0;
+    for (auto const& c : cells) {
+      if (c.workload == w && c.host == host && c.rate == ri && c.rules == rules) {
+        sum += field(c.s);
+        ++n;
+      }
+    }
+    return n ? sum / n : std::nan("");
+  };
+  auto ttft_mean = [](summary const& x) { return x.ttft_mean; };
+  auto ttft_p99 = [](summary const& x) { return x.ttft_p99; };
+  auto file_hits = [](summary const& x) { return x.hit_rate[std::size_t(tier::file)]; };
+  std::ofstream md{dir + "/file_grid.md"};
+  md << "# Lower-tier acceptance grid (simulate --file-grid)\n\n"
+        "Does a file tier ever make serving worse? strata on Llama-3.1-8B, one H200, GPU-assisted I/O, each workload "
+        "at "
+        "its default load (the trace at its own arrivals; requests larger than the device pool turned away), "
+        "write-through device -> host, a file tier of the working set's size unless --file-pages (below). Reads at 1 "
+        "and 1.92 GB/s (the H200 machine's disk, measured) write at 1.5x the read rate "
+        "(as measured), at 12 (one PCIe 5 NVMe drive) and 48 GB/s (four in RAID-0, the design's array) at the read "
+        "rate; both assumed beyond 1.92. *rules*: today's file tier (a page goes there only if a later read pays, "
+        "`cost_model::record_breakeven_tokens`; copied as it reaches the host, write-through, so that reclaiming the "
+        "host never waits for a write; writes past one second of the tier's bandwidth dropped). *before*: every page, "
+        "written back on host eviction, every write queued (`--record-rules off`). Ratios: mean (or p99) TTFT over "
+        "seeds 1-3 "
+        "with the file tier / the same without it; below 1 is better.\n\n"
+     << notes.str()
+     << "\n| workload | host pages | file GB/s | TTFT mean s, no file | with file (rules) | mean ratio | p99 ratio | "
+        "file hits | mean ratio, before | p99 ratio, before | file hits, before |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::ofstream csv{dir + "/file_grid.csv"};
+  csv << "workload,host,file_gbps,rules,seed,ttft_mean,ttft_p50,ttft_p90,ttft_p99,hit_device,hit_host,hit_file\n";
+  for (auto const& c : cells) {
+    csv << '"' << c.workload << "\",\"" << c.host << "\"," << (c.rate < 0 ? 0.0 : rates[c.rate].read_gbps) << ','
+        << (c.rules ? "on" : "off") << ',' << c.seed << ',' << c.s.ttft_mean << ',' << c.s.ttft_p50 << ','
+        << c.s.ttft_p90 << ',' << c.s.ttft_p99 << ',' << c.s.hit_rate[0] << ',' << c.s.hit_rate[1] << ','
+        << c.s.hit_rate[2] << '\n';
+  }
+  double worst_mean = 0, worst_p99 = 0, best_mean = 1e300;
+  std::string best_at;
+  std::ostringstream over;
+  for (auto const& wname : workloads) {
+    for (std::string const host : {"2048", "1/4 working set"}) {
+      double const none = mean(wname, host, -1, true, ttft_mean), none99 = mean(wname, host, -1, true, ttft_p99);
+      if (std::isnan(none)) { continue; }
+      for (int ri = 0; ri < int(rates.size()); ++ri) {
+        double const m = mean(wname, host, ri, true, ttft_mean) / none;
+        double const p = mean(wname, host, ri, true, ttft_p99) / none99;
+        double const mb = mean(wname, host, ri, false, ttft_mean) / none;
+        double const pb = mean(wname, host, ri, false, ttft_p99) / none99;
+        std::snprintf(buf, sizeof buf, "| %s | %s | %.3g | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                      wname.c_str(), host.c_str(), rates[ri].read_gbps, none, mean(wname, host, ri, true, ttft_mean), m,
+                      p, mean(wname, host, ri, true, file_hits), mb, pb, mean(wname, host, ri, false, file_hits));
+        md << buf;
+        std::printf("%s", buf);
+        worst_mean = std::max(worst_mean, m);
+        worst_p99 = std::max(worst_p99, p);
+        if (m < best_mean) {
+          best_mean = m;
+          std::snprintf(buf, sizeof buf, "%s, host %s, %.3g GB/s", wname.c_str(), host.c_str(), rates[ri].read_gbps);
+          best_at = buf;
+        }
+        if (m > 1.02 || p > 1.02) {
+          std::snprintf(buf, sizeof buf, "- %s, host %s, %.3g GB/s: mean ratio %.3f, p99 ratio %.3f\n", wname.c_str(),
+                        host.c_str(), rates[ri].read_gbps, m, p);
+          over << buf;
+        }
+      }
+    }
+  }
+  std::snprintf(buf, sizeof buf,
+                "\nWith the rules: worst mean ratio %.3f, worst p99 ratio %.3f (target: at most 1.02); best mean "
+                "ratio %.3f (%s).\n",
+                worst_mean, worst_p99, best_mean, best_at.c_str());
+  md << buf;
+  std::printf("%s", buf);
+  std::string const verdict =
+      over.str().empty() ? std::string{"Every cell with the rules within 1.02 of no file tier, mean and p99.\n"}
+                         : "Cells with the rules over 1.02:\n" + over.str();
+  md << verdict;
+  std::printf("%s", verdict.c_str());
+  md << "\nChecks: "
+     << (problems.str().empty() ? std::string{"every request of every run served (but those larger than the device "
+                                              "pool, turned away), every prompt token cached or computed once.\n"}
+                                : "\n" + problems.str());
+  std::printf("file grid: %zu runs in %.0f s; %s/file_grid.md, file_grid.csv\n", cells.size(), seconds, dir.c_str());
+  if (!problems.str().empty()) {
+    std::fprintf(stderr, "simulate: %s", problems.str().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv)
 {
   try {
@@ -1028,12 +1237,23 @@ int main(int argc, char** argv)
           o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
               o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.progress &&
               o.delay_hits && o.balance && o.bubbles && !o.rate && !o.requests && !o.file_sweep && !o.file_pages &&
-              !o.file_gbps && !o.file_write_gbps && o.file_bench.empty() && !o.policy,
+              !o.file_gbps && !o.file_write_gbps && o.file_bench.empty() && !o.policy && !o.file_grid,
           "--sweep takes only --out, --trace (with --trace-pages), --budget, --device-pages and --host-pages");
       return run_sweep(o);
     }
     STRATA_EXPECTS(o.file_bench.empty() || (!o.file_gbps && !o.file_write_gbps),
                    "--file-bench and --file-gbps / --file-write-gbps all set the file tier's bandwidth: give one");
+    if (o.file_grid) {
+      // The grid fixes its workloads, loads, tiers, rates and seeds.
+      STRATA_EXPECTS(o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
+                         o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.rate &&
+                         o.delay_hits && o.balance && o.bubbles && !o.deadline_slack && !o.prefix_order &&
+                         !o.file_sweep && !o.host_pages && !o.device_pages && !o.file_gbps && !o.file_write_gbps &&
+                         o.file_bench.empty() && !o.policy && o.record_rules,
+                     "--file-grid takes only --out, --requests, --trace (with --trace-pages), --file-pages and "
+                     "--progress");
+      return run_file_grid(o);
+    }
     if (o.file_sweep) {
       // The scenario fixes its workload, strategies, loads and seeds.
       STRATA_EXPECTS(
