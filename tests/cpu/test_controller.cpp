@@ -107,7 +107,10 @@ class memory_file_store {
   [[nodiscard]] slot_allocator& slots() noexcept { return slots_; }
   bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources)
   {
-    if (fail_one_in > 0 && rng() % fail_one_in == 0) { return false; }
+    if (fail_one_in > 0 && rng() % fail_one_in == 0) {
+      if (throws) { throw file_store_error("memory_file_store: injected write error"); }
+      return false;
+    }
     for (std::size_t i = 0; i < slots.size(); ++i) {
       std::memcpy(record(slots[i]), sources[i], std::size_t(geometry_.page_bytes()));
     }
@@ -116,6 +119,10 @@ class memory_file_store {
   bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records)
   {
     bool const fail = fail_one_in > 0 && rng() % fail_one_in == 0;
+    if (fail && throws) {
+      if (!records.empty()) { std::memset(records[0], 0xA5, std::size_t(geometry_.page_bytes())); }
+      throw file_store_error("memory_file_store: injected read error");
+    }
     for (std::size_t i = 0; i < slots.size(); ++i) {
       if (fail) {
         std::memset(records[i], 0xA5, std::size_t(geometry_.page_bytes()));
@@ -126,6 +133,7 @@ class memory_file_store {
     return !fail;
   }
   std::uint64_t fail_one_in = 0;  // 0: never
+  bool throws = false;            // a failure throws (as file_store does for some errors) instead of returning false
   std::mt19937_64 rng{7};
 
  private:
@@ -1066,6 +1074,9 @@ TEST_CASE("controller: a file-tier record that fails to read leaves the index al
   (void)cache.poll();
   REQUIRE(cache.probe(q(1)).fastest_tokens[2] == 4 * geo.page_tokens);
   cache.tiers().get<tier::file>().fail_one_in = 1;  // every read fails from now on
+  // ... by returning false, or by throwing (the executor must fail the submission, not let it escape
+  // with the index's orders issued and their nodes pinned).
+  cache.tiers().get<tier::file>().throws = GENERATE(false, true);
   cache.submit({request_id{2}, q(1), 0, 2, 0.0});
   cache.submit({request_id{3}, q(2), 0, 2, 0.0});
   std::set<std::uint64_t> served;

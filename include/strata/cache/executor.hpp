@@ -123,7 +123,7 @@ class cpu_executor {
                          " tiers (each needs a layout or records)");
         }
       });
-    } catch (invalid_argument const&) {
+    } catch (std::exception const&) {  // a refused plan, a store's I/O error, no memory for the bounce buffer
       h.failed = true;
     }
     ++submissions_;
