@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -335,13 +336,46 @@ TEST_CASE("file_store: uneven files, TP ranks side by side, another geometry, he
       CHECK(matches(dst.ptr[i], small.page_bytes(), keys[i]));
     }
   }
-  // The same files read as another geometry of the same record size, or as another tag: nothing served.
+  // The same files reopened as another tag, another geometry of the same record size, another
+  // page size, TP size or file count: refused with nothing changed (not opened empty, which would
+  // drop every record), by the store's descriptor and, without one, by the records themselves.
   auto o = rank(0);
   o.tag = "another-model/bf16";
-  CHECK(file_store::open(small, 9, o).recovered().empty());
   constexpr kv_geometry same_size{1, 16, 1, 64, 1, 2};  // fp8: half the payload, the same record size
-  CHECK(file_store::open(same_size, 9, rank(0)).recovered().empty());
-  CHECK(file_store::open(small, 9, rank(0)).recovered().size() == 9);
+  constexpr kv_geometry other_pages{1, 32, 1, 64, 2, 2};
+  auto other_tp = rank(0);
+  other_tp.tp_size = 4;
+  auto other_files = rank(0);
+  other_files.files = 3;
+  for (bool descriptor : {true, false}) {
+    INFO("descriptor " << descriptor);
+    if (!descriptor) {
+      for (int r : {0, 1}) {
+        REQUIRE(std::filesystem::remove(d.path / ("strata-kv.rank" + std::to_string(r) + ".meta")));
+      }
+    }
+    STRATA_REQUIRE_THROWS(strata::file_store_error, "refusing to open it", (void)file_store::open(small, 9, o));
+    STRATA_REQUIRE_THROWS(strata::file_store_error, "refusing to open it",
+                          (void)file_store::open(same_size, 9, rank(0)));
+    STRATA_REQUIRE_THROWS(strata::file_store_error, "refusing to open it", (void)file_store::open(small, 9, other_tp));
+    if (descriptor) {  // without it, records at other offsets read as no records at all
+      STRATA_REQUIRE_THROWS(strata::file_store_error, "refusing to open it",
+                            (void)file_store::open(other_pages, 9, rank(0)));
+      STRATA_REQUIRE_THROWS(strata::file_store_error, "refusing to open it",
+                            (void)file_store::open(small, 9, other_files));
+    }
+    auto again = file_store::open(small, 9, rank(0));  // rewrites the descriptor
+    CHECK(again.recovered().size() == 9);
+  }
+}
+
+TEST_CASE("file_store: a size that overflows is refused before anything is allocated", "[cpu][file]")
+{
+  temp_dir d;
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "overflow 64 bits",
+                        (file_store{small, std::numeric_limits<std::int64_t>::max(), options_for(d, true)}));
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "pages must be positive",
+                        (file_store{small, 0, options_for(d, true)}));
 }
 
 TEST_CASE("file_store: random records round-trip and survive a restart", "[cpu][file]")

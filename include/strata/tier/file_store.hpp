@@ -34,12 +34,14 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -137,6 +139,11 @@ class file_store {
   /**
    * @brief Reopens a store's existing files (creating missing ones) and recovers their intact records.
    * @throw as the constructor
+   * @throw strata::file_store_error, with nothing on disk changed, when the store was written with
+   *        another geometry (page size included), tag, tensor-parallel size or file count (its
+   *        descriptor says so; without one, its records are all of another configuration: reopen
+   *        with the configuration that wrote them, or remove the directory), or when
+   *        recovery cannot finish (no memory for its buffers): a record is never dropped for that
    */
   [[nodiscard]] static file_store open(kv_geometry const& geometry, std::int64_t pages, file_store_options options);
 
@@ -291,10 +298,18 @@ class file_store {
   };
 
   [[nodiscard]] std::uint64_t compute_geometry_hash() const noexcept;
+  /// `pages`, checked before anything is allocated for them.
+  static std::int64_t checked_pages(kv_geometry const& geometry, std::int64_t pages);
 
   void validate(std::span<std::int64_t const> slots, std::size_t buffers, std::size_t keys, char const* what) const;
 
   void open_files();
+  /// The store's descriptor (strata-kv.rank<R>.meta): the configuration its records need, written
+  /// once the files exist and checked before a reopen changes anything.
+  [[nodiscard]] std::string descriptor_path() const;
+  [[nodiscard]] std::string descriptor_text() const;
+  void check_descriptor() const;
+  void write_descriptor() const;
 
   /// Location of slot `s`.
   [[nodiscard]] std::pair<int, off_t> where(std::int64_t s) const noexcept;
@@ -383,3 +398,4 @@ static_assert(restorable_store<file_store>);
 }  // namespace strata
 
 #include <strata/tier/detail/file_store/file_store.inl>
+#include <strata/tier/detail/file_store/recovery.inl>

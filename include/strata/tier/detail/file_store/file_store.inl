@@ -2,14 +2,15 @@
 /**
  * @file tier/detail/file_store/file_store.inl
  * @brief Member definitions of `file_store` (tier/file_store.hpp, which includes this file): opening
- *        the files, batches of record reads and writes on io_uring or the I/O threads, and recovery.
+ *        the files, batches of record reads and writes on io_uring or the I/O threads. Reopening
+ *        (the descriptor and recovery): recovery.inl.
  */
 #pragma once
 
 namespace strata {
 
 inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, file_store_options options)
-    : geometry_{(geometry.validate(), geometry)}, slots_{pages}, options_{std::move(options)}
+    : geometry_{(geometry.validate(), geometry)}, slots_{checked_pages(geometry, pages)}, options_{std::move(options)}
 {
   STRATA_EXPECTS(options_.files > 0 && options_.files <= pages, "file_store: files must be in [1, pages=", pages,
                  "], got ", options_.files);
@@ -30,10 +31,12 @@ inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, f
   runs_max_ = std::max<std::int64_t>(1, std::min<std::int64_t>(IOV_MAX / 3, options_.max_io_bytes / record_bytes_));
   geometry_hash_ = compute_geometry_hash();
   index_.assign(static_cast<std::size_t>(pages), slot_state{});
+  if (options_.reopen) { check_descriptor(); }  // before anything on disk changes
   open_files();
   worker_buffers_.resize(static_cast<std::size_t>(options_.io_threads));
   pool_ = std::make_unique<detail::io_thread_pool>(options_.io_threads);
   if (options_.reopen) { recover(); }
+  write_descriptor();
 #ifdef STRATA_FILE_STORE_URING
   io_backend const posix{};
   bool const default_io = options_.io.context == nullptr && options_.io.preadv == posix.preadv &&
@@ -42,6 +45,17 @@ inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, f
     ring_ = detail::io_uring_ring::create(256);
   }
 #endif
+}
+
+inline auto file_store::checked_pages(kv_geometry const& geometry, std::int64_t pages) -> std::int64_t
+{
+  STRATA_EXPECTS(pages > 0, "file_store: pages must be positive, got ", pages);
+  std::int64_t const page_bytes = geometry.page_bytes();
+  STRATA_EXPECTS(page_bytes <= (std::int64_t{1} << 40), "file_store: page_bytes ", page_bytes, " is too large");
+  std::int64_t const record = detail::file_header_bytes + detail::round_up(page_bytes, detail::file_alignment);
+  STRATA_EXPECTS(detail::checked_mul(pages, record).has_value(), "file_store: ", pages, " records of ", record,
+                 " bytes overflow 64 bits");
+  return pages;
 }
 
 inline auto file_store::open(kv_geometry const& geometry, std::int64_t pages, file_store_options options) -> file_store
@@ -258,7 +272,7 @@ inline auto file_store::check_header(std::byte const* block, std::int64_t slot,
   if (h.version != detail::file_format_version) { return "another format version"; }
   if (h.header_bytes != detail::file_header_bytes) { return "bad header size"; }
   if (detail::file_header_crc(block) != h.header_crc) { return "header checksum mismatch"; }
-  if (h.geometry_hash != geometry_hash_) { return "another geometry, tag or tensor-parallel rank"; }
+  if (h.geometry_hash != geometry_hash_) { return detail::file_other_configuration; }
   if (h.payload_bytes != static_cast<std::uint64_t>(page_bytes_)) { return "bad payload length"; }
   if (h.slot != static_cast<std::uint64_t>(slot)) { return "record of another slot"; }
   return nullptr;
@@ -545,99 +559,6 @@ inline auto file_store::finish(std::map<std::uint64_t, std::shared_ptr<batch>>::
     last_error_ = b->error;
   }
   return ok;
-}
-
-inline auto file_store::recover() -> void
-{
-  std::vector<detail::file_record_header> found(static_cast<std::size_t>(capacity()));
-  std::vector<char> intact(static_cast<std::size_t>(capacity()), 0);
-  std::vector<recovered_record> identity(static_cast<std::size_t>(capacity()));
-  std::int64_t const chunk = runs_max_;
-  std::atomic<std::int64_t> remaining{(capacity() + chunk - 1) / chunk};
-  std::mutex m;
-  std::condition_variable cv;
-  std::string first_error;
-  for (std::int64_t first = 0; first < capacity(); first += chunk) {
-    pool_->post([&, first](int worker) {
-      auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
-      bool have_buffer = true;
-      try {
-        buf.staging.ensure(static_cast<std::size_t>(record_bytes_));
-      } catch (std::exception const& e) {  // no memory for a record: its slots are dropped
-        have_buffer = false;
-        std::lock_guard lock{m};
-        if (first_error.empty()) { first_error = detail::concat("file_store: recovery: ", e.what()); }
-      }
-      for (std::int64_t s = first; have_buffer && s < std::min(first + chunk, capacity()); ++s) {
-        auto const [fd, off] = where(s);
-        iovec v{buf.staging.data(),
-                static_cast<std::size_t>(options_.verify_on_reopen ? record_bytes_ : detail::file_header_bytes)};
-        int const e = detail::transfer_all(options_.io, false, fd, &v, 1, off);
-        detail::file_record_header h{};
-        bool ok = e == 0 && check_header(buf.staging.data(), s, h) == nullptr;
-        if (ok && options_.verify_on_reopen) {
-          ok = detail::crc32c(0, buf.staging.data() + detail::file_header_bytes,
-                              static_cast<std::size_t>(page_bytes_)) == h.payload_crc;
-        }
-        if (ok) {  // the header checksum covers the identity
-          auto& r = identity[static_cast<std::size_t>(s)];
-          std::uint32_t count = 0;
-          std::memcpy(&r.parent_key, buf.staging.data() + detail::file_identity_offset, sizeof r.parent_key);
-          std::memcpy(&count, buf.staging.data() + detail::file_identity_offset + 8, sizeof count);
-          ok = std::int64_t(count) <= max_record_ids;
-          if (ok) {
-            r.ids.resize(count);
-            if (count > 0) {
-              std::memcpy(r.ids.data(), buf.staging.data() + detail::file_ids_offset, count * sizeof(std::int32_t));
-            }
-          }
-        }
-        if (e != 0) {
-          std::lock_guard lock{m};
-          if (first_error.empty()) { first_error = io_failure("recovery read", s, 1, e); }
-        }
-        found[static_cast<std::size_t>(s)] = h;
-        intact[static_cast<std::size_t>(s)] = ok ? 1 : 0;
-      }
-      // Notified under the lock: the waiting thread returns (and its `cv` and `m` go) only once
-      // this thread has let go of both.
-      std::lock_guard lock{m};
-      remaining.fetch_sub(1);
-      cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock lock{m};
-    cv.wait(lock, [&] { return remaining.load() == 0; });
-  }
-  last_error_ = first_error;
-  // The allocator hands out slots from the back of its free stack: allocate everything, then
-  // release the slots without an intact record (in descending order, so that ascending ids come
-  // out first again).
-  (void)slots_.allocate(capacity());
-  std::vector<std::int64_t> free_slots;
-  for (std::int64_t s = capacity() - 1; s >= 0; --s) {
-    auto const& h = found[static_cast<std::size_t>(s)];
-    if (intact[static_cast<std::size_t>(s)]) {
-      index_[static_cast<std::size_t>(s)] = slot_state{h.key, h.sequence, true, false};
-      next_sequence_ = std::max(next_sequence_, h.sequence + 1);
-    } else {
-      free_slots.push_back(s);
-    }
-  }
-  if (!free_slots.empty()) { slots_.release(free_slots); }
-  for (std::int64_t s = 0; s < capacity(); ++s) {
-    if (!intact[static_cast<std::size_t>(s)]) { continue; }
-    auto& r = identity[static_cast<std::size_t>(s)];
-    r.slot = s;
-    r.key = found[static_cast<std::size_t>(s)].key;
-    recovered_.push_back(std::move(r));
-  }
-  dropped_ = 0;
-  for (std::int64_t s = 0; s < capacity(); ++s) {
-    auto const& h = found[static_cast<std::size_t>(s)];
-    if (!intact[static_cast<std::size_t>(s)] && h.magic != 0) { ++dropped_; }  // zeros: never written
-  }
 }
 
 }  // namespace strata

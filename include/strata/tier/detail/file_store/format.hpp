@@ -33,6 +33,8 @@ static_assert(std::endian::native == std::endian::little, "file_store's format i
 inline constexpr std::uint64_t file_record_magic = 0x31564b4154525453ULL;  // the bytes "STRTAKV1" (little-endian)
 inline constexpr std::uint32_t file_format_version = 2;  // 2: the page's identity after the 64-byte header
 inline constexpr std::int64_t file_header_bytes = 4096;
+/// @brief Why a record written by another configuration of the store does not check.
+inline constexpr char const* file_other_configuration = "another geometry, tag or tensor-parallel rank or size";
 inline constexpr std::int64_t file_alignment = 4096;
 /// @brief Where a record's identity starts in its header block: parent key (8 bytes), id count (4),
 ///        zero (4), then the ids (4 bytes each).

@@ -17,25 +17,23 @@ namespace strata::detail {
 /// @brief Worker threads taking jobs `f(worker_index)` in order.
 class io_thread_pool {
  public:
+  /// @throw std::system_error or std::bad_alloc when a thread cannot start (those started are joined)
   explicit io_thread_pool(int threads)
   {
-    for (int i = 0; i < threads; ++i) {
-      threads_.emplace_back([this, i] { run(i); });
+    try {
+      threads_.reserve(static_cast<std::size_t>(threads));
+      for (int i = 0; i < threads; ++i) {
+        threads_.emplace_back([this, i] { run(i); });
+      }
+    } catch (...) {
+      stop_and_join();
+      throw;
     }
   }
   io_thread_pool(io_thread_pool const&) = delete;
   io_thread_pool& operator=(io_thread_pool const&) = delete;
-  ~io_thread_pool()
-  {
-    {
-      std::lock_guard lock{mutex_};
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) {
-      t.join();
-    }
-  }
+  ~io_thread_pool() { stop_and_join(); }
+  /// Jobs must not throw (an exception leaving one ends the process).
   void post(std::function<void(int)> job)
   {
     {
@@ -47,6 +45,17 @@ class io_thread_pool {
   [[nodiscard]] int size() const noexcept { return static_cast<int>(threads_.size()); }
 
  private:
+  void stop_and_join() noexcept
+  {
+    {
+      std::lock_guard lock{mutex_};
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) {
+      t.join();
+    }
+  }
   void run(int worker)
   {
     for (;;) {
