@@ -508,6 +508,8 @@ int main(int argc, char** argv)
   std::vector<double> load_ms, contiguous_ms, compute_ms, ttft_ms, file_ttft_ms, recompute_ms, disk_ms;
   std::int64_t file_pages_loaded = 0;
   bool file_path_ok = true;
+  int file_recomputed = 0;                               // repetitions in which the plan recomputed the document
+  double predicted_read_s = 0, predicted_compute_s = 0;  // what it predicted then (the last)
   std::vector<page_job> read_jobs;
   int const reps = 5;
   for (int rep = 0; rep < reps; ++rep) {
@@ -579,12 +581,20 @@ int main(int argc, char** argv)
     tokens_t f = doc;
     auto const q3 = random_tokens(rng, 100, 600000 + rep * 1000);
     f.insert(f.end(), q3.begin(), q3.end());
-    std::int64_t const prefetched = cache.stats().prefetched_pages;
+    cache_stats const before_c = cache.stats();
     auto const [fms, ffrom] = ttft_of(f);
     file_ttft_ms.push_back(fms);
-    std::int64_t const up = cache.stats().prefetched_pages - prefetched;
+    cache_stats const after_c = cache.stats();
+    std::int64_t const up = after_c.prefetched_pages - before_c.prefetched_pages;
     file_pages_loaded = ffrom[std::size_t(tier::file)] + std::min(up, ffrom[std::size_t(tier::host)]);
-    if (file_pages_loaded != doc_pages) {
+    // Reading the file tier may be predicted slower than recomputing (a slow disk, a short
+    // document): then the plan recomputes it, which is right, and the row says so.
+    bool const recomputed = file_pages_loaded == 0 && after_c.recomputed_pages - before_c.recomputed_pages >= doc_pages;
+    if (recomputed) {
+      ++file_recomputed;
+      predicted_read_s = after_c.recomputed_read_s - before_c.recomputed_read_s;
+      predicted_compute_s = after_c.recomputed_compute_s - before_c.recomputed_compute_s;
+    } else if (file_pages_loaded != doc_pages) {
       std::printf(
           "measurement: expected %lld pages from the file tier (directly or prefetched), got %lld "
           "(%lld from the file tier, %lld prefetched, %lld from the host)\n",
@@ -638,6 +648,12 @@ int main(int argc, char** argv)
       "+ (b) %.2f ms | %.3f | |\n",
       median(file_ttft_ms), median(disk_ms), double(bytes) / (median(disk_ms) * 1e6), median(ttft_ms),
       median(file_ttft_ms) / (median(disk_ms) + median(ttft_ms)));
+  if (file_recomputed > 0) {
+    std::printf(
+        "| (c) note | recomputed in %d of %d repetitions | the plan predicted reading %.2f ms, recomputing %.2f ms "
+        "| | |\n",
+        file_recomputed, reps, predicted_read_s * 1e3, predicted_compute_s * 1e3);
+  }
   std::printf("| (c') the same against the host-tier hit | %.2f ms | (b) %.2f ms | %.3f | |\n", median(file_ttft_ms),
               median(ttft_ms), median(file_ttft_ms) / median(ttft_ms));
   std::printf("| (d) TTFT, nothing cached (recompute) | %.2f ms | (c) file-tier hit %.2f ms | %.3f | |\n",

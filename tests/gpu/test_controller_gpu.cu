@@ -64,6 +64,7 @@ bool block_ok(std::byte const* b, std::uint64_t key, std::int64_t layer, std::in
 
 /// The prefetch policy the engines below run with (the file-tier case runs both ways).
 prefetch_mode engine_prefetch = prefetch_mode::best_effort;
+write_policy engine_file_policy = write_policy::write_through;  // host -> file (the controller's default)
 
 cost_model reading_pays() { return test::reading_pays(geo); }
 
@@ -118,6 +119,7 @@ struct basic_gpu_engine {
     o.backup_policy = write_policy::write_through;
     o.delay_hit_tokens = 32;
     o.prefetch = engine_prefetch;
+    o.file_backup_policy = engine_file_policy;
     o.costs = reading_pays();
     return o;
   }
@@ -451,8 +453,9 @@ TEST_CASE("gpu controller: a stream of another device is refused before anything
 
 TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the host", "[gpu][controller][file]")
 {
-  // A host tier of 12 pages over a file tier: documents are demoted to the files under host pressure
-  // and loaded back file -> pinned bounce -> device (no prefetch), or prefetched file -> host when a
+  // A host tier of 12 pages over a file tier: documents are copied to the files as they reach the
+  // host (write-through, the default) and loaded back file -> pinned bounce -> device (no prefetch),
+  // or demoted to the files under host pressure (write-back) and prefetched file -> host when a
   // question arrives (best effort), checked byte for byte like every other load.
   namespace fs = std::filesystem;
   fs::path const dir = fs::temp_directory_path() / ("strata_gpu_file_" + std::to_string(::getpid()));
@@ -461,6 +464,7 @@ TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the
   for (gpu_backend b : {gpu_backend::gpu_assisted, gpu_backend::dma_batch}) {
     INFO("backend " << to_string(b));
     engine_prefetch = b == gpu_backend::gpu_assisted ? prefetch_mode::off : prefetch_mode::best_effort;
+    engine_file_policy = b == gpu_backend::gpu_assisted ? write_policy::write_through : write_policy::write_back;
     file_store_options o;
     o.directory = dir.string();
     file_store disk{geo, 512, o};
@@ -483,5 +487,6 @@ TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the
     CHECK(e.cache.executor().stats().failed_submissions == 0);
   }
   engine_prefetch = prefetch_mode::best_effort;
+  engine_file_policy = write_policy::write_through;
   fs::remove_all(dir);
 }
