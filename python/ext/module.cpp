@@ -965,6 +965,16 @@ void bind_controller(nb::module_& m)
       .def_ro("discarded_pages", &cache_stats::discarded_pages)
       .def_ro("prefetched_pages", &cache_stats::prefetched_pages)
       .def_ro("prefetch_waits", &cache_stats::prefetch_waits)
+      .def_ro("prefetch_timeouts", &cache_stats::prefetch_timeouts)
+      .def_ro("prefetch_abandoned_pages", &cache_stats::prefetch_abandoned_pages)
+      .def_ro("prefetch_not_worth_pages", &cache_stats::prefetch_not_worth_pages)
+      .def_ro("recomputed_pages", &cache_stats::recomputed_pages,
+              "Cached file-tier pages the plans chose to recompute instead of reading.")
+      .def_ro("recomputed_read_s", &cache_stats::recomputed_read_s)
+      .def_ro("recomputed_compute_s", &cache_stats::recomputed_compute_s)
+      .def_ro("writes_not_worth", &cache_stats::writes_not_worth,
+              "[tier]: pages kept out because reading them back would not beat recomputing them.")
+      .def_ro("writes_dropped", &cache_stats::writes_dropped, "[tier]: pages not written: the write backlog was full.")
       .def_ro("restored_pages", &cache_stats::restored_pages)
       .def_ro("restore_dropped", &cache_stats::restore_dropped);
   nb::class_<executor_stats>(m, "executor_stats")
