@@ -803,12 +803,21 @@ TEST_CASE("file_store: a writer killed at random points leaves only intact or dr
     o.reopen = true;
     auto const delay_us = static_cast<int>(rng() % 4000);
     auto const child_seed = rng();
+    // Every other kill is timed from the writer's first write, not from its start: opening the
+    // store (recovery, the descriptor and the syncs) can outlast the delay on a slow machine, and
+    // kills must land inside writes too. The others may land while it opens.
+    bool const from_open = c % 4 < 2;
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
     pid_t const pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {  // the writer: random batches of records whose keys name their slot
+      ::close(ready[0]);
       try {
         file_store s{crash_geometry, n, o};
         (void)all_slots(s);
+        char const one = 1;
+        (void)!::write(ready[1], &one, 1);
         std::mt19937_64 r{child_seed};
         records buf{4, crash_geometry.page_bytes()};
         for (std::uint64_t k = 0;; ++k) {
@@ -829,10 +838,16 @@ TEST_CASE("file_store: a writer killed at random points leaves only intact or dr
         ::_exit(3);
       }
     }
+    ::close(ready[1]);
+    if (!from_open) {
+      char byte = 0;
+      (void)!::read(ready[0], &byte, 1);  // 0 bytes: the writer ended before it opened (an error, seen below)
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     ::kill(pid, SIGKILL);
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
+    ::close(ready[0]);  // only now: the writer's signal must not meet a closed pipe (SIGPIPE)
     REQUIRE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));  // not an exit of its own (3: an exception)
     file_store s{crash_geometry, n, o};
     for (auto const& r : s.recovered()) {
