@@ -162,10 +162,16 @@ def test_layer_first_pool(geo):
     assert c.probe(list(range(33)) + [7] * 20).tokens == 48
 
 
-def test_file_tier(geo, tmp_path):
+def buffered_store_options(tmp_path):
+    """file_store options in tmp_path with plain buffered I/O (tmpfs refuses O_DIRECT)."""
     opts = strata.file_store_options(str(tmp_path))
     opts.use_direct_io = False
     opts.use_io_uring = False
+    return opts
+
+
+def test_file_tier(geo, tmp_path):
+    opts = buffered_store_options(tmp_path)
     fs = strata.file_store(geo, 32, opts)
     o = strata.controller_options()
     o.file_backup_policy = strata.write_policy.write_through
@@ -191,12 +197,9 @@ def test_file_tier(geo, tmp_path):
 
 
 def test_file_tier_keeps_out_what_is_cheaper_to_recompute(geo, tmp_path):
-    opts = strata.file_store_options(str(tmp_path))
-    opts.use_direct_io = False
-    opts.use_io_uring = False
+    opts = buffered_store_options(tmp_path)
     fs = strata.file_store(geo, 32, opts)
-    o = strata.controller_options()
-    o.file_backup_policy = strata.write_policy.write_through
+    o = strata.controller_options()  # the defaults: write-through to the file tier, records by cost
     e = engine(geo, device_pages=8, host_pages=8, options=o, file_store=fs)
     e.run(1, list(range(500, 564)) + [1])
     e.cache.poll()
@@ -209,9 +212,7 @@ def test_file_tier_keeps_out_what_is_cheaper_to_recompute(geo, tmp_path):
 
 
 def test_file_store_restart(geo, tmp_path):
-    opts = strata.file_store_options(str(tmp_path))
-    opts.use_direct_io = False
-    opts.use_io_uring = False
+    opts = buffered_store_options(tmp_path)
     o = strata.controller_options()
     o.file_backup_policy = strata.write_policy.write_through
     o.records_by_cost = False  # keep every page, whatever it costs to read back
