@@ -33,6 +33,7 @@
 #include <strata/sim/workload.hpp>
 #include <strata/tier/concepts.hpp>
 #include <strata/tier/device_pool.hpp>
+#include <strata/tier/drive_rates.hpp>
 #include <strata/tier/file_store.hpp>
 #include <strata/tier/host_pool.hpp>
 #include <strata/tier/io_backend.hpp>

@@ -639,6 +639,8 @@ void bind_file_store(nb::module_& m)
           },
           "directory"_a = "")
       .def_rw("directory", &file_store_options::directory)
+      .def_rw("directories", &file_store_options::directories,
+              "One directory per drive instead of directory: records striped across them, a queue per drive")
       .def_rw("files", &file_store_options::files)
       .def_rw("tp_rank", &file_store_options::tp_rank)
       .def_rw("tp_size", &file_store_options::tp_size)
@@ -674,6 +676,8 @@ void bind_file_store(nb::module_& m)
       .def_prop_ro("uses_io_uring", &file_store::uses_io_uring)
       .def_prop_ro("direct_io", &file_store::direct_io)
       .def_prop_ro("paths", &file_store::paths)
+      .def_prop_ro("directories", &file_store::directories)
+      .def("drive", &file_store::drive, "slot"_a, "The drive (index into directories) that holds a slot")
       .def_prop_ro("recovered",
                    [](file_store const& f) {
                      auto const r = f.recovered();

@@ -166,7 +166,6 @@ def buffered_store_options(tmp_path):
     """file_store options in tmp_path with plain buffered I/O (tmpfs refuses O_DIRECT)."""
     opts = strata.file_store_options(str(tmp_path))
     opts.use_direct_io = False
-    opts.use_io_uring = False
     return opts
 
 
@@ -211,25 +210,56 @@ def test_file_tier_keeps_out_what_is_cheaper_to_recompute(geo, tmp_path):
     assert s.writes_dropped[2] == 0
 
 
-def test_file_store_restart(geo, tmp_path):
-    opts = buffered_store_options(tmp_path)
+def written_then_reopened(geo, opts, doc):
+    """A controller over a new store of `opts` serves `doc` (its 4 pages written through to the
+    file tier), goes away with the store; returns the store reopened and a controller over it."""
+    import gc
+
     o = strata.controller_options()
     o.file_backup_policy = strata.write_policy.write_through
     o.records_by_cost = False  # keep every page, whatever it costs to read back
-    doc = list(range(700, 764))
     fs = strata.file_store(geo, 16, opts)
     e = engine(geo, 8, 8, options=o, file_store=fs)
     e.run(1, doc + [9])
     e.cache.poll()
     del e, fs
-    import gc
-
     gc.collect()
     fs = strata.file_store.open(geo, 16, opts)
     assert len(fs.recovered) == 4
-    e = engine(geo, 8, 8, options=o, file_store=fs)
+    return fs, engine(geo, 8, 8, options=o, file_store=fs)
+
+
+def test_file_store_restart(geo, tmp_path):
+    doc = list(range(700, 764))
+    fs, e = written_then_reopened(geo, buffered_store_options(tmp_path), doc)
     assert e.cache.stats().restored_pages == 4
     assert e.cache.probe(doc).tokens == 64
+
+
+def test_file_store_over_several_directories(geo, tmp_path):
+    import gc
+
+    opts = buffered_store_options(tmp_path / "unused")
+    opts.directory = ""
+    opts.directories = [str(tmp_path / "drive0"), str(tmp_path / "drive1")]
+    fs = strata.file_store(geo, 16, opts)
+    assert fs.directories == opts.directories
+    assert [fs.drive(s) for s in range(4)] == [0, 1, 0, 1]
+    with pytest.raises(strata.InvalidArgument, match="out of range"):
+        fs.drive(16)
+    del fs
+    gc.collect()
+    doc = list(range(300, 364))
+    fs, e = written_then_reopened(geo, opts, doc)
+    assert {fs.drive(r.slot) for r in fs.recovered} == {0, 1}  # striped over both
+    assert e.cache.probe(doc).tokens == 64
+    del e, fs
+    gc.collect()
+    swapped = buffered_store_options(tmp_path / "unused")
+    swapped.directory = ""
+    swapped.directories = list(reversed(opts.directories))
+    with pytest.raises(strata.Error, match="another number or order"):
+        strata.file_store.open(geo, 16, swapped)
 
 
 def test_controller_keeps_layout_and_file_store_alive(geo, tmp_path):

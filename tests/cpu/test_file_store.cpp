@@ -7,19 +7,24 @@
 #include "../support/catch.hpp"
 #include "../support/files.hpp"
 
+#include <strata/tier/drive_rates.hpp>
 #include <strata/tier/file_store.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -380,7 +385,7 @@ TEST_CASE("file_store: a size that overflows is refused before anything is alloc
 
 TEST_CASE("file_store: random records round-trip and survive a restart", "[cpu][file]")
 {
-  // io_uring (where the kernel allows it) for most, the I/O threads for the last two.
+  // io_uring (where the kernel allows it) for most, the I/O threads (the default) for the last two.
   for (auto const& [g, direct, misaligned, files, uring] :
        {std::tuple{medium, true, false, 3, true}, std::tuple{medium, false, false, 1, true},
         std::tuple{odd, true, false, 2, true}, std::tuple{medium, true, true, 2, true},
@@ -449,6 +454,251 @@ TEST_CASE("file_store: random records round-trip and survive a restart", "[cpu][
     auto s = file_store::open(g, n, options());
     CHECK(s.recovered().empty());
   }
+}
+
+/// Which threads moved bytes of which file (through the store's io_backend).
+struct io_witness {
+  std::mutex m;
+  std::map<int, std::set<std::thread::id>> threads;  // fd -> threads that read or wrote it
+  std::map<int, int> calls;                          // fd -> transfers
+  [[nodiscard]] strata::io_backend backend()
+  {
+    strata::io_backend io;
+    io.context = this;
+    io.preadv = [](void* c, int fd, iovec const* iov, int n, off_t off) {
+      static_cast<io_witness*>(c)->saw(fd);
+      return ::preadv(fd, iov, n, off);
+    };
+    io.pwritev = [](void* c, int fd, iovec const* iov, int n, off_t off) {
+      static_cast<io_witness*>(c)->saw(fd);
+      return ::pwritev(fd, iov, n, off);
+    };
+    return io;
+  }
+  void saw(int fd)
+  {
+    std::lock_guard lock{m};
+    threads[fd].insert(std::this_thread::get_id());
+    ++calls[fd];
+  }
+};
+
+TEST_CASE("file_store over several directories: striped records, a queue per drive, reopened in order",
+          "[cpu][file][drives]")
+{
+  temp_dir d0, d1, d2;
+  std::vector<std::string> const dirs{d0.path.string(), d1.path.string(), d2.path.string()};
+  auto const options = [&](std::vector<std::string> directories) {
+    auto o = options_for(d0, false);
+    o.directory.clear();
+    o.directories = std::move(directories);
+    o.max_io_bytes = std::int64_t{64} << 20;  // a drive's run of a batch moves in one transfer
+    return o;
+  };
+  SECTION("bad directories are refused before anything is created")
+  {
+    auto both = options(dirs);
+    both.directory = dirs[0];
+    STRATA_REQUIRE_THROWS(strata::invalid_argument, "give one of directory (one drive) and directories",
+                          (file_store{medium, 12, both}));
+    auto neither = options({});
+    STRATA_REQUIRE_THROWS(strata::invalid_argument, "got neither", (file_store{medium, 12, neither}));
+    STRATA_REQUIRE_THROWS(strata::invalid_argument, "is given twice",
+                          (file_store{medium, 12, options({dirs[0], dirs[1], dirs[0] + "/."})}));
+    STRATA_REQUIRE_THROWS(strata::invalid_argument, "must not be empty",
+                          (file_store{medium, 12, options({dirs[0], ""})}));
+    STRATA_REQUIRE_THROWS(strata::invalid_argument, "3 directories for 2 pages",
+                          (file_store{medium, 2, options(dirs)}));
+    auto many_files = options(dirs);
+    many_files.files = 5;  // 12 pages: 4 a drive
+    STRATA_REQUIRE_THROWS(strata::invalid_argument, "files must be in [1, 4]", (file_store{medium, 12, many_files}));
+    for (auto const& dir : dirs) {
+      CHECK(fs::is_empty(dir));
+    }
+  }
+  SECTION("slot s is record s / 3 of drive s % 3; each drive's run is one transfer on that drive's threads")
+  {
+    std::int64_t const n = 100;  // 34 + 33 + 33 records
+    io_witness w;
+    auto o = options(dirs);
+    o.use_io_uring = false;
+    o.files = 2;
+    o.io = w.backend();
+    std::vector<std::uint64_t> keys(static_cast<std::size_t>(n));
+    std::mt19937_64 rng{5};
+    records src{n, medium.page_bytes()}, dst{n, medium.page_bytes()};
+    for (std::int64_t i = 0; i < n; ++i) {
+      keys[static_cast<std::size_t>(i)] = rng();
+      fill(src.ptr[static_cast<std::size_t>(i)], medium.page_bytes(), keys[static_cast<std::size_t>(i)]);
+    }
+    std::vector<std::size_t> every(static_cast<std::size_t>(n));
+    std::iota(every.begin(), every.end(), std::size_t{0});
+    {
+      file_store s{medium, n, o};
+      CHECK(s.directories() == dirs);
+      REQUIRE(s.paths().size() == 6);  // two files a drive, drive by drive
+      for (std::size_t f = 0; f < 6; ++f) {
+        CHECK(fs::path{s.paths()[f]}.parent_path() == fs::path{dirs[f / 2]});
+      }
+      CHECK(s.slots_per_file() == 17);
+      auto const slots = all_slots(s);
+      REQUIRE(s.write(slots, src.sources(every), keys));
+      {
+        std::lock_guard lock{w.m};
+        w.threads.clear();
+        w.calls.clear();
+      }
+      REQUIRE(s.read(slots, dst.ptr, keys));
+      for (std::int64_t i = 0; i < n; ++i) {
+        REQUIRE(matches(dst.ptr[static_cast<std::size_t>(i)], medium.page_bytes(), keys[static_cast<std::size_t>(i)]));
+        CHECK(s.drive(i) == i % 3);
+      }
+      // Six files, each read in one transfer (17 or 16 adjacent records): striping did not break runs.
+      CHECK(w.calls.size() == 6);
+      for (auto const& [fd, c] : w.calls) {
+        CHECK(c == 1);
+      }
+      // Many reads later, no thread has touched two drives' files: a queue (and threads) per drive.
+      for (int r = 0; r < 20; ++r) {
+        REQUIRE(s.read(slots, dst.ptr, keys));
+      }
+      std::map<std::thread::id, std::set<std::size_t>> drives_of;
+      std::map<int, std::size_t> drive_of_fd;
+      for (std::size_t f = 0; f < 6; ++f) {
+        int const fd = ::open(s.paths()[f].c_str(), O_RDONLY);  // the store's fds are private: match by inode
+        struct stat a{};
+        REQUIRE(::fstat(fd, &a) == 0);
+        ::close(fd);
+        for (auto const& [sfd, threads] : w.threads) {
+          struct stat b{};
+          if (::fstat(sfd, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) { drive_of_fd[sfd] = f / 2; }
+        }
+      }
+      REQUIRE(drive_of_fd.size() == 6);
+      for (auto const& [fd, threads] : w.threads) {
+        for (auto const& t : threads) {
+          drives_of[t].insert(drive_of_fd.at(fd));
+        }
+      }
+      for (auto const& [t, ds] : drives_of) {
+        CHECK(ds.size() == 1);
+      }
+      CHECK(drives_of.size() > 3);  // several threads a drive took part
+    }
+    // On disk: slot s's header is in drive s % 3's file (s / 3) / 17, at record (s / 3) % 17.
+    for (std::int64_t i = 0; i < n; ++i) {
+      auto const local = i / 3;
+      auto const file =
+          fs::path{dirs[static_cast<std::size_t>(i % 3)]} / ("strata-kv.rank0." + std::to_string(local / 17) + ".dat");
+      auto const bytes = read_bytes(file, static_cast<off_t>((local % 17) * (4096 + medium.page_bytes())), 64);
+      strata::detail::file_record_header h{};
+      std::memcpy(&h, bytes.data(), sizeof h);
+      CHECK(h.slot == static_cast<std::uint64_t>(i));
+      CHECK(h.key == keys[static_cast<std::size_t>(i)]);
+    }
+    o.io = {};
+    SECTION("reopened in the same order it recovers every record, through io_uring too")
+    {
+      for (bool uring : {false, true}) {
+        o.use_io_uring = uring;
+        auto s = file_store::open(medium, n, o);
+        REQUIRE(s.recovered().size() == static_cast<std::size_t>(n));
+        CHECK(s.dropped() == 0);
+        std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
+        std::iota(slots.begin(), slots.end(), std::int64_t{0});
+        REQUIRE(s.read(slots, dst.ptr, keys));
+        for (std::int64_t i = 0; i < n; ++i) {
+          REQUIRE(
+              matches(dst.ptr[static_cast<std::size_t>(i)], medium.page_bytes(), keys[static_cast<std::size_t>(i)]));
+        }
+      }
+    }
+    SECTION("in another order or number it is refused, nothing changed")
+    {
+      auto swapped = o;
+      swapped.directories = {dirs[1], dirs[0], dirs[2]};
+      STRATA_REQUIRE_THROWS(strata::file_store_error, "another number or order",
+                            (void)file_store::open(medium, n, swapped));
+      auto fewer = o;
+      fewer.directories = {dirs[0], dirs[1]};
+      STRATA_REQUIRE_THROWS(strata::file_store_error, "drives 3, this store has 2",
+                            (void)file_store::open(medium, n, fewer));
+      auto one = o;
+      one.directories.clear();
+      one.directory = dirs[0];
+      STRATA_REQUIRE_THROWS(strata::file_store_error, "refusing to open it", (void)file_store::open(medium, n, one));
+      auto s = file_store::open(medium, n, o);
+      CHECK(s.recovered().size() == static_cast<std::size_t>(n));
+    }
+    SECTION("a drive that disappears loses its own records only")
+    {
+      fs::remove_all(dirs[2]);
+      auto s = file_store::open(medium, n, o);
+      CHECK(s.recovered().size() == 67);
+      for (auto const& r : s.recovered()) {
+        CHECK(r.slot % 3 != 2);
+        CHECK(r.key == keys[static_cast<std::size_t>(r.slot)]);
+      }
+      CHECK(s.slots().available() == 33);
+      CHECK(fs::exists(fs::path{dirs[2]} / "strata-kv.rank0.meta"));  // the drive is part of the store again
+    }
+  }
+  SECTION("a one-directory store is the same store given as a list of one")
+  {
+    auto o = options_for(d0, false);
+    std::vector<std::uint64_t> keys{11, 12, 13};
+    records src{3, small.page_bytes()};
+    for (std::size_t i = 0; i < 3; ++i) {
+      fill(src.ptr[i], small.page_bytes(), keys[i]);
+    }
+    {
+      file_store s{small, 3, o};
+      std::vector<std::size_t> which{0, 1, 2};
+      REQUIRE(s.write(all_slots(s), src.sources(which), keys));
+    }
+    o.directory.clear();
+    o.directories = {dirs[0]};
+    auto s = file_store::open(small, 3, o);
+    CHECK(s.recovered().size() == 3);
+  }
+}
+
+TEST_CASE("measure_drives: each drive's rates while all move, their aggregate, nothing left behind",
+          "[cpu][file][drives]")
+{
+  temp_dir d0, d1;
+  file_store_options o;
+  o.directories = {d0.path.string(), (d1.path / "new").string()};  // a missing directory is created
+  o.max_io_bytes = std::int64_t{1} << 20;
+  for (bool direct : {false, true}) {
+    o.use_direct_io = direct;
+    auto const r = strata::measure_drives(o, std::int64_t{8} << 20);
+    REQUIRE(r.drives.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i) {
+      CHECK(r.drives[i].directory == o.directories[i]);
+      CHECK(std::isfinite(r.drives[i].read_bytes_per_s));
+      CHECK(r.drives[i].read_bytes_per_s > 0);
+      CHECK(r.drives[i].write_bytes_per_s > 0);
+      CHECK(fs::is_empty(o.directories[i]));  // the scratch files are gone
+    }
+    // All drives' bytes over the time the slowest took: no more than the sum of their rates.
+    CHECK(r.read_bytes_per_s > 0);
+    CHECK(r.read_bytes_per_s <= (r.drives[0].read_bytes_per_s + r.drives[1].read_bytes_per_s) * 1.0001);
+    CHECK(r.write_bytes_per_s <= (r.drives[0].write_bytes_per_s + r.drives[1].write_bytes_per_s) * 1.0001);
+  }
+  auto one = o;
+  one.directories.clear();
+  one.directory = d0.path.string();
+  CHECK(strata::measure_drives(one, 4096).drives.size() == 1);
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "positive multiple of 4096", (void)strata::measure_drives(o, 5000));
+  auto both = o;
+  both.directory = d0.path.string();
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "give one of directory and directories",
+                        (void)strata::measure_drives(both, 4096));
+  auto unwritable = one;
+  unwritable.directory = "/proc/strata-cannot-be-here";
+  STRATA_REQUIRE_THROWS(strata::file_store_error, "measure_drives: cannot create",
+                        (void)strata::measure_drives(unwritable, 4096));
 }
 
 TEST_CASE("file_store rejects bad input before any I/O and misses cleanly", "[cpu][file]")
@@ -536,17 +786,23 @@ TEST_CASE("file_store under injected I/O faults never serves wrong bytes and rec
   std::int64_t const total_ops = quick() ? 12'000 : 120'000;
   std::int64_t ops_done = 0, injected = 0, served = 0, missed = 0, on_uring = 0;
   // Buffered, O_DIRECT, and io_uring (its completions filtered, its short completions finished by the shim).
-  for (auto const& [one_in, direct, uring] :
-       {std::tuple{8, false, false}, std::tuple{32, false, false}, std::tuple{1000, false, false},
-        std::tuple{8, true, false}, std::tuple{1000, true, false}, std::tuple{8, true, true},
-        std::tuple{32, false, true}}) {
-    CAPTURE(one_in, direct, uring);
-    temp_dir d;
+  // Over one directory, and over three (records striped across them, a queue per directory).
+  constexpr std::tuple<int, bool, bool, int> configurations[] = {
+      {8, false, false, 1}, {32, false, false, 1}, {1000, false, false, 1}, {8, true, false, 1}, {1000, true, false, 1},
+      {8, true, true, 1},   {32, false, true, 1},  {8, false, false, 3},    {32, true, true, 3}};
+  for (auto const& [one_in, direct, uring, drives] : configurations) {
+    CAPTURE(one_in, direct, uring, drives);
+    temp_dir d, d1, d2;
     fault_injector f;
     f.one_in = static_cast<std::uint64_t>(one_in);
-    f.seed = static_cast<std::uint64_t>(one_in) * 31 + direct + 2 * uring;
+    f.seed = static_cast<std::uint64_t>(one_in) * 31 + direct + 2 * uring + 4 * drives;
     auto o = options_for(d, direct, 2);
+    if (drives > 1) {
+      o.directory.clear();
+      o.directories = {d.path.string(), d1.path.string(), d2.path.string()};
+    }
     o.io = f.backend(uring);
+    o.use_io_uring = uring;
     o.max_io_bytes = 4 * (4096 + small.page_bytes());  // runs of up to 4 records
     std::int64_t const n = 64;
     file_store s{small, n, o};
@@ -622,7 +878,7 @@ TEST_CASE("file_store under injected I/O faults never serves wrong bytes and rec
     }
   }
   std::printf(
-      "faults: %lld operations, %lld faults injected, %lld reads served (all checked), %lld missed; %lld of 7 "
+      "faults: %lld operations, %lld faults injected, %lld reads served (all checked), %lld missed; %lld of 9 "
       "stores on io_uring\n",
       static_cast<long long>(ops_done), static_cast<long long>(injected), static_cast<long long>(served),
       static_cast<long long>(missed), static_cast<long long>(on_uring));
@@ -801,6 +1057,7 @@ TEST_CASE("file_store: a writer killed at random points leaves only intact or dr
     auto o = options_for(d, direct);
     o.io_threads = 2;
     o.reopen = true;
+    o.use_io_uring = c % 8 < 4;  // half the writers on io_uring (where the kernel allows it), half on threads
     auto const delay_us = static_cast<int>(rng() % 4000);
     auto const child_seed = rng();
     // Every other kill is timed from the writer's first write, not from its start: opening the

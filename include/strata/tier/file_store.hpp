@@ -58,14 +58,21 @@ class file_store_error : public error {
 
 /// @brief How a `file_store` lays out and reaches its files.
 struct file_store_options {
-  std::string directory;         ///< where the files live (created if missing)
-  int files = 1;                 ///< files the records are spread over (contiguous slot ranges)
-  int tp_rank = 0;               ///< tensor-parallel rank of this store (part of the file names and hash)
-  int tp_size = 1;               ///< tensor-parallel ranks
-  std::string tag;               ///< model and dtype, e.g. "Llama-3.1-8B/bf16": records of another tag are dropped
-  bool use_direct_io = true;     ///< `O_DIRECT` where the file system accepts it
-  bool use_io_uring = true;      ///< io_uring where the kernel allows it and `io` is the default back end
-  int io_threads = 4;            ///< I/O threads; each moves one run of adjacent records at a time
+  std::string directory;  ///< where the files live (created if missing): one drive (else `directories`)
+  /// One directory per drive (created if missing), instead of `directory`: records are striped
+  /// across them one by one (slot `s` on drive `s % N`), so that a run of pages reads from every
+  /// drive at once, each drive with its own I/O queue. Give them in the same order on every reopen.
+  std::vector<std::string> directories;
+  int files = 1;              ///< files per directory the records are spread over (contiguous slot ranges)
+  int tp_rank = 0;            ///< tensor-parallel rank of this store (part of the file names and hash)
+  int tp_size = 1;            ///< tensor-parallel ranks
+  std::string tag;            ///< model and dtype, e.g. "Llama-3.1-8B/bf16": records of another tag are dropped
+  bool use_direct_io = true;  ///< `O_DIRECT` where the file system accepts it
+  /// io_uring (where the kernel allows it and `io` is the default back end) instead of the I/O
+  /// threads. Off by default: its owner thread checksums every record (and copies page-cache
+  /// reads), one core for all drives, where the threads spread that work (docs/file_tier.md).
+  bool use_io_uring = false;
+  int io_threads = 4;            ///< I/O threads per directory; each moves one run of adjacent records at a time
   bool reopen = false;           ///< keep existing files and recover their intact records
   bool verify_on_reopen = true;  ///< on reopen, check every payload's checksum too (else headers only)
   bool sync_writes = false;      ///< `fdatasync` after every write run (survives power loss, not just crashes)
@@ -100,12 +107,14 @@ enum class io_status {
 /**
  * @brief The file tier: `capacity()` page records on local disk, a `record_store`.
  *
- * Slot `s` lives in file `s / slots_per_file()` at offset `(s % slots_per_file()) * record_bytes()`:
- * a 4 KiB header (magic, format version, geometry hash, content key, payload length, sequence
- * number, slot, CRC-32C of the payload and of the header) followed by the page-first payload,
- * padded to 4 KiB so that every transfer stays `O_DIRECT`-aligned. Runs of adjacent slots move in
- * one vectored transfer of up to `max_io_bytes`, submitted to io_uring where the kernel allows it
- * (`uses_io_uring()`), else run on `io_threads` threads in parallel.
+ * Over N directories (drives), slot `s` lives on drive `d = s % N` as its record `l = s / N`, in
+ * that drive's file `l / slots_per_file()` at offset `(l % slots_per_file()) * record_bytes()`
+ * (one drive: slot `s` is record `s`): a 4 KiB header (magic, format version, geometry hash, content key, payload
+ * length, sequence number, slot, CRC-32C of the payload and of the header) followed by the page-first payload, padded
+ * to 4 KiB so that every transfer stays `O_DIRECT`-aligned. Runs of adjacent records of one file move in one vectored
+ * transfer of up to `max_io_bytes` (slots `s, s + N, s + 2N, ...` are adjacent on their drive), on each drive's own
+ * `io_threads` threads (which also compute and check the checksums), or, with `use_io_uring`, submitted to one io_uring
+ * ring, the runs of the drives interleaved (`uses_io_uring()`).
  *
  * What a read returns true for is exactly what the last successful write to those slots stored:
  * every record's header, payload checksum, key and sequence number are checked against the
@@ -128,9 +137,10 @@ class file_store {
    * @brief Creates (or, with `options.reopen`, reopens) the store's files.
    * @param geometry shape of the cache on this rank
    * @param pages records the store holds
-   * @param options directory, file count, TP rank and size, tag, I/O settings
-   * @throw strata::invalid_argument for an invalid geometry, page count or option, or a size that
-   *        overflows 64 bits
+   * @param options directory (or directories), file count, TP rank and size, tag, I/O settings
+   * @throw strata::invalid_argument for an invalid geometry, page count or option (both or neither
+   *        of `directory` and `directories`, an empty or repeated directory, more drives than
+   *        pages, more files than a drive's records), or a size that overflows 64 bits
    * @throw strata::file_store_error when a file cannot be created, opened, locked or preallocated
    *        (a full disk says "no space"); nothing is left open then
    */
@@ -141,7 +151,8 @@ class file_store {
    * @throw as the constructor
    * @throw strata::file_store_error, with nothing on disk changed, when the store was written with
    *        another geometry (page size included), tag, tensor-parallel size or file count (its
-   *        descriptor says so; without one, its records are all of another configuration: reopen
+   *        descriptor says so, on each drive: drives given in another order or number are refused
+   *        too; without one, its records are all of another configuration: reopen
    *        with the configuration that wrote them, or remove the directory), or when
    *        recovery cannot finish (no memory for its buffers): a record is never dropped for that
    */
@@ -165,15 +176,24 @@ class file_store {
   [[nodiscard]] slot_allocator const& slots() const noexcept { return slots_; }
   /// @brief Bytes a record takes on disk: 4 KiB of header and the payload rounded up to 4 KiB.
   [[nodiscard]] std::int64_t record_bytes() const noexcept { return record_bytes_; }
-  /// @brief Records per file (the last file may hold fewer).
+  /// @brief Records per file (the last file of a drive may hold fewer).
   [[nodiscard]] std::int64_t slots_per_file() const noexcept { return slots_per_file_; }
+  /// @brief The directories, one per drive (`directory` alone: one).
+  [[nodiscard]] std::vector<std::string> const& directories() const noexcept { return dirs_; }
+  /// @brief The drive (index into `directories()`) that holds slot `s`: `s % directories().size()`.
+  /// @throw strata::invalid_argument for a slot out of range
+  [[nodiscard]] std::int64_t drive(std::int64_t s) const
+  {
+    STRATA_EXPECTS(s >= 0 && s < capacity(), "file_store: slot ", s, " out of range [0, ", capacity(), ")");
+    return s % drives_;
+  }
   /// @brief Whether transfers go through io_uring (else through the I/O threads).
   [[nodiscard]] bool uses_io_uring() const noexcept;
   /// @brief Whether the files are open with `O_DIRECT`.
   [[nodiscard]] bool direct_io() const noexcept { return direct_; }
   /// @brief Hash of everything a record must agree on: format, geometry, TP rank and size, tag.
   [[nodiscard]] std::uint64_t geometry_hash() const noexcept { return geometry_hash_; }
-  /// @brief Paths of the files, in slot order.
+  /// @brief Paths of the files, drive by drive (each drive's in slot order).
   [[nodiscard]] std::vector<std::string> const& paths() const noexcept { return paths_; }
   /// @brief Intact records found when the store was reopened, in slot order.
   [[nodiscard]] std::span<recovered_record const> recovered() const noexcept { return recovered_; }
@@ -304,13 +324,16 @@ class file_store {
   void validate(std::span<std::int64_t const> slots, std::size_t buffers, std::size_t keys, char const* what) const;
 
   void open_files();
-  /// The store's descriptor (strata-kv.rank<R>.meta): the configuration its records need, written
-  /// once the files exist and checked before a reopen changes anything.
-  [[nodiscard]] std::string descriptor_path() const;
-  [[nodiscard]] std::string descriptor_text() const;
+  /// The store's descriptor on each drive (strata-kv.rank<R>.meta): the configuration its records
+  /// need and the drive's place, written once the files exist and checked before a reopen changes
+  /// anything.
+  [[nodiscard]] std::string descriptor_path(std::int64_t drive) const;
+  [[nodiscard]] std::string descriptor_text(std::int64_t drive) const;
   void check_descriptor() const;
   void write_descriptor() const;
 
+  /// Index into `files_` and `paths_` of slot `s`'s file, and the record's index in that file.
+  [[nodiscard]] std::pair<std::size_t, std::int64_t> place(std::int64_t s) const noexcept;
   /// Location of slot `s`.
   [[nodiscard]] std::pair<int, off_t> where(std::int64_t s) const noexcept;
 
@@ -334,7 +357,7 @@ class file_store {
   void verify_read(batch& b, std::span<std::size_t const> run, worker_buffers const& buf, bool staged) const;
 
   /// A run on an I/O thread: prepare, transfer (continuing after short transfers), verify.
-  void thread_run(batch& b, std::span<std::size_t const> run, int worker);
+  void thread_run(batch& b, std::span<std::size_t const> run, std::size_t buffers);
 
 #ifdef STRATA_FILE_STORE_URING
   struct uring_run {
@@ -371,6 +394,8 @@ class file_store {
   std::int64_t page_bytes_ = 0;
   std::int64_t record_bytes_ = 0;
   std::int64_t slots_per_file_ = 0;
+  std::int64_t drives_ = 1;
+  std::vector<std::string> dirs_;
   std::int64_t runs_max_ = 1;
   std::uint64_t geometry_hash_ = 0;
   bool direct_ = false;
@@ -391,7 +416,9 @@ class file_store {
   std::map<std::uint64_t, std::unique_ptr<uring_run>> uring_runs_;
   std::uint64_t next_run_ = 1;
 #endif
-  std::unique_ptr<detail::io_thread_pool> pool_;  // last: its threads stop before anything they use goes
+  // Last: their threads stop before anything they use goes. One per drive; thread w of drive d
+  // uses worker_buffers_[d * io_threads + w].
+  std::vector<std::unique_ptr<detail::io_thread_pool>> pools_;
 };
 static_assert(restorable_store<file_store>);
 

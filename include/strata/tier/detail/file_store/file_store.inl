@@ -12,20 +12,37 @@ namespace strata {
 inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, file_store_options options)
     : geometry_{(geometry.validate(), geometry)}, slots_{checked_pages(geometry, pages)}, options_{std::move(options)}
 {
-  STRATA_EXPECTS(options_.files > 0 && options_.files <= pages, "file_store: files must be in [1, pages=", pages,
-                 "], got ", options_.files);
+  STRATA_EXPECTS(options_.directory.empty() != options_.directories.empty(),
+                 "file_store: give one of directory (one drive) and directories (one per drive), got ",
+                 options_.directory.empty() ? "neither" : "both");
+  dirs_ = options_.directories.empty() ? std::vector<std::string>{options_.directory} : options_.directories;
+  std::vector<std::filesystem::path> seen;  // the same directory under two names is refused too
+  for (std::size_t d = 0; d < dirs_.size(); ++d) {
+    STRATA_EXPECTS(!dirs_[d].empty(), "file_store: directory ", d, " must not be empty");
+    std::error_code ec;
+    auto name = std::filesystem::weakly_canonical(dirs_[d], ec);
+    if (ec) { name = std::filesystem::path{dirs_[d]}.lexically_normal(); }
+    STRATA_EXPECTS(std::find(seen.begin(), seen.end(), name) == seen.end(), "file_store: directory ", dirs_[d],
+                   " is given twice");
+    seen.push_back(std::move(name));
+  }
+  drives_ = static_cast<std::int64_t>(dirs_.size());
+  STRATA_EXPECTS(drives_ <= pages, "file_store: ", drives_, " directories for ", pages,
+                 " pages (at most one directory per page)");
+  STRATA_EXPECTS(options_.files > 0 && options_.files <= pages / drives_, "file_store: files must be in [1, ",
+                 pages / drives_, "] (the records of a drive), got ", options_.files);
   STRATA_EXPECTS(options_.tp_size > 0 && options_.tp_rank >= 0 && options_.tp_rank < options_.tp_size,
                  "file_store: tp_rank=", options_.tp_rank, " is not in [0, tp_size=", options_.tp_size, ")");
   STRATA_EXPECTS(options_.io_threads > 0 && options_.io_threads <= 256,
                  "file_store: io_threads must be in [1, 256], got ", options_.io_threads);
-  STRATA_EXPECTS(!options_.directory.empty(), "file_store: directory must not be empty");
   STRATA_EXPECTS(options_.max_io_bytes > 0, "file_store: max_io_bytes must be positive, got ", options_.max_io_bytes);
   STRATA_EXPECTS(options_.io.preadv && options_.io.pwritev && options_.io.allocate && options_.io.sync,
                  "file_store: io_backend has a null function");
   page_bytes_ = geometry_.page_bytes();
   STRATA_EXPECTS(page_bytes_ <= (std::int64_t{1} << 40), "file_store: page_bytes ", page_bytes_, " is too large");
   record_bytes_ = detail::file_header_bytes + detail::round_up(page_bytes_, detail::file_alignment);
-  slots_per_file_ = (pages + options_.files - 1) / options_.files;
+  std::int64_t const per_drive = (pages + drives_ - 1) / drives_;  // drive 0 holds the most
+  slots_per_file_ = (per_drive + options_.files - 1) / options_.files;
   STRATA_EXPECTS(detail::checked_mul(slots_per_file_, record_bytes_).has_value(), "file_store: ", slots_per_file_,
                  " records of ", record_bytes_, " bytes overflow a file");
   runs_max_ = std::max<std::int64_t>(1, std::min<std::int64_t>(IOV_MAX / 3, options_.max_io_bytes / record_bytes_));
@@ -33,8 +50,10 @@ inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, f
   index_.assign(static_cast<std::size_t>(pages), slot_state{});
   if (options_.reopen) { check_descriptor(); }  // before anything on disk changes
   open_files();
-  worker_buffers_.resize(static_cast<std::size_t>(options_.io_threads));
-  pool_ = std::make_unique<detail::io_thread_pool>(options_.io_threads);
+  worker_buffers_.resize(static_cast<std::size_t>(drives_ * options_.io_threads));
+  for (std::int64_t d = 0; d < drives_; ++d) {
+    pools_.push_back(std::make_unique<detail::io_thread_pool>(options_.io_threads));
+  }
   if (options_.reopen) { recover(); }
   write_descriptor();
 #ifdef STRATA_FILE_STORE_URING
@@ -75,7 +94,7 @@ inline file_store::~file_store()
     }
   }
 #endif
-  pool_.reset();
+  pools_.clear();
 }
 
 inline auto file_store::uses_io_uring() const noexcept -> bool
@@ -119,8 +138,6 @@ inline auto file_store::submit_write(std::span<std::int64_t const> slots, std::s
     it.parent_key = parent_keys.empty() ? 0 : parent_keys[i];
     it.ids.assign(ids.begin() + std::ptrdiff_t(i * per_page), ids.begin() + std::ptrdiff_t((i + 1) * per_page));
     it.sequence = next_sequence_++;
-    auto& s = index_[static_cast<std::size_t>(it.slot)];
-    s.valid = false;  // its content is unknown until the write completes
   }
   return launch(std::move(b));
 }
@@ -213,42 +230,45 @@ inline auto file_store::validate(std::span<std::int64_t const> slots, std::size_
 
 inline auto file_store::open_files() -> void
 {
-  std::error_code ec;
-  std::filesystem::create_directories(options_.directory, ec);
-  STRATA_EXPECTS_AS(file_store_error, !ec, "file_store: cannot create directory ", options_.directory, ": ",
-                    ec.message());
   direct_ = options_.use_direct_io;
-  for (int f = 0; f < options_.files; ++f) {
-    auto const path =
-        (std::filesystem::path{options_.directory} / detail::concat("strata-kv.rank", options_.tp_rank, ".", f, ".dat"))
-            .string();
-    int flags = O_RDWR | O_CREAT | O_CLOEXEC;
-    int fd = direct_ ? ::open(path.c_str(), flags | O_DIRECT, 0644) : -1;
-    if (fd < 0) {
-      direct_ = false;  // the file system refuses O_DIRECT (tmpfs): buffered I/O for every file
-      fd = ::open(path.c_str(), flags, 0644);
+  for (std::int64_t d = 0; d < drives_; ++d) {
+    auto const& directory = dirs_[static_cast<std::size_t>(d)];
+    std::error_code ec;
+    std::filesystem::create_directories(directory, ec);
+    STRATA_EXPECTS_AS(file_store_error, !ec, "file_store: cannot create directory ", directory, ": ", ec.message());
+    std::int64_t const drive_slots = (capacity() - d + drives_ - 1) / drives_;
+    for (int f = 0; f < options_.files; ++f) {
+      auto const path =
+          (std::filesystem::path{directory} / detail::concat("strata-kv.rank", options_.tp_rank, ".", f, ".dat"))
+              .string();
+      int flags = O_RDWR | O_CREAT | O_CLOEXEC;
+      int fd = direct_ ? ::open(path.c_str(), flags | O_DIRECT, 0644) : -1;
+      if (fd < 0) {
+        direct_ = false;  // the file system refuses O_DIRECT (tmpfs): buffered I/O for every file
+        fd = ::open(path.c_str(), flags, 0644);
+      }
+      STRATA_EXPECTS_AS(file_store_error, fd >= 0, "file_store: cannot open ", path, ": ", detail::errno_text(errno));
+      detail::unique_fd file{fd};
+      int locked = ::flock(fd, LOCK_EX | LOCK_NB);
+      for (int waited = 0; locked != 0 && errno == EWOULDBLOCK && waited < options_.lock_wait_ms; ++waited) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        locked = ::flock(fd, LOCK_EX | LOCK_NB);
+      }
+      STRATA_EXPECTS_AS(file_store_error, locked == 0, "file_store: ", path,
+                        " is in use by another store (flock: ", detail::errno_text(errno), ")");
+      std::int64_t const slots_here = std::clamp<std::int64_t>(drive_slots - f * slots_per_file_, 0, slots_per_file_);
+      auto const bytes = static_cast<off_t>(slots_here * record_bytes_);
+      if (!options_.reopen) {
+        STRATA_EXPECTS_AS(file_store_error, ::ftruncate(fd, 0) == 0, "file_store: cannot truncate ", path, ": ",
+                          detail::errno_text(errno));
+      }
+      int const e =
+          bytes > 0 ? options_.io.allocate(options_.io.context, fd, 0, bytes) : 0;  // 9 pages in 4 files: 3+3+3+0
+      STRATA_EXPECTS_AS(file_store_error, e == 0, "file_store: cannot preallocate ", bytes, " bytes for ", path, ": ",
+                        e == ENOSPC ? "no space left on the device" : "", e == ENOSPC ? "" : detail::errno_text(e));
+      files_.push_back(std::move(file));
+      paths_.push_back(path);
     }
-    STRATA_EXPECTS_AS(file_store_error, fd >= 0, "file_store: cannot open ", path, ": ", detail::errno_text(errno));
-    detail::unique_fd file{fd};
-    int locked = ::flock(fd, LOCK_EX | LOCK_NB);
-    for (int waited = 0; locked != 0 && errno == EWOULDBLOCK && waited < options_.lock_wait_ms; ++waited) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      locked = ::flock(fd, LOCK_EX | LOCK_NB);
-    }
-    STRATA_EXPECTS_AS(file_store_error, locked == 0, "file_store: ", path,
-                      " is in use by another store (flock: ", detail::errno_text(errno), ")");
-    std::int64_t const slots_here = std::min(slots_per_file_, capacity() - f * slots_per_file_);
-    auto const bytes = static_cast<off_t>(slots_here * record_bytes_);
-    if (!options_.reopen) {
-      STRATA_EXPECTS_AS(file_store_error, ::ftruncate(fd, 0) == 0, "file_store: cannot truncate ", path, ": ",
-                        detail::errno_text(errno));
-    }
-    int const e =
-        bytes > 0 ? options_.io.allocate(options_.io.context, fd, 0, bytes) : 0;  // 9 pages in 4 files: 3+3+3+0
-    STRATA_EXPECTS_AS(file_store_error, e == 0, "file_store: cannot preallocate ", bytes, " bytes for ", path, ": ",
-                      e == ENOSPC ? "no space left on the device" : "", e == ENOSPC ? "" : detail::errno_text(e));
-    files_.push_back(std::move(file));
-    paths_.push_back(path);
   }
   if (!direct_) {  // a later file refused O_DIRECT: reopen the earlier ones buffered, so that all agree
     for (std::size_t f = 0; f < files_.size(); ++f) {
@@ -258,10 +278,17 @@ inline auto file_store::open_files() -> void
   }
 }
 
+inline auto file_store::place(std::int64_t s) const noexcept -> std::pair<std::size_t, std::int64_t>
+{
+  auto const local = s / drives_;  // the record's index on its drive
+  auto const f = local / slots_per_file_;
+  return {static_cast<std::size_t>(s % drives_ * options_.files + f), local - f * slots_per_file_};
+}
+
 inline auto file_store::where(std::int64_t s) const noexcept -> std::pair<int, off_t>
 {
-  auto const f = s / slots_per_file_;
-  return {files_[static_cast<std::size_t>(f)].get(), static_cast<off_t>((s - f * slots_per_file_) * record_bytes_)};
+  auto const [f, r] = place(s);
+  return {files_[f].get(), static_cast<off_t>(r * record_bytes_)};
 }
 
 inline auto file_store::check_header(std::byte const* block, std::int64_t slot,
@@ -302,51 +329,82 @@ inline auto file_store::fill_header(std::byte* block, item const& it, std::uint3
 
 inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
 {
-  // Runs of adjacent slots in one file, at most runs_max_ records each.
-  std::vector<std::size_t> order(b->items.size());
+  // Everything is allocated before the batch is published (its slots marked busy, its ticket
+  // issued): a failed allocation throws with nothing changed. Once published, a run that cannot
+  // start fails the batch instead of leaving its slots in flight.
+  auto const n = b->items.size();
+  std::vector<std::pair<std::size_t, std::int64_t>> places(n);  // (file, record in it) of each item
+  for (std::size_t i = 0; i < n; ++i) {
+    places[i] = place(b->items[i].slot);
+  }
+  // Runs of adjacent records in one file, at most runs_max_ records each.
+  std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(), [&](auto x, auto y) { return b->items[x].slot < b->items[y].slot; });
-  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first, last) into `order`
-  for (std::size_t i = 0; i < order.size();) {
+  std::sort(order.begin(), order.end(), [&](auto x, auto y) { return places[x] < places[y]; });
+  struct run_range {
+    std::size_t first, last;   // [first, last) into `order`
+    std::int64_t drive, rank;  // the drive, and the run's place among that drive's runs
+  };
+  std::vector<run_range> runs;
+  std::vector<std::int64_t> runs_on(static_cast<std::size_t>(drives_), 0);
+  for (std::size_t i = 0; i < n;) {
     std::size_t j = i + 1;
-    auto const file = b->items[order[i]].slot / slots_per_file_;
-    while (j < order.size() && j - i < static_cast<std::size_t>(runs_max_) &&
-           b->items[order[j]].slot == b->items[order[j - 1]].slot + 1 &&
-           b->items[order[j]].slot / slots_per_file_ == file) {
+    while (j < n && j - i < static_cast<std::size_t>(runs_max_) && places[order[j]].first == places[order[i]].first &&
+           places[order[j]].second == places[order[j - 1]].second + 1) {
       ++j;
     }
-    runs.emplace_back(i, j);
+    auto const d = b->items[order[i]].slot % drives_;
+    runs.push_back({i, j, d, runs_on[static_cast<std::size_t>(d)]++});
     i = j;
   }
-  for (auto const& it : b->items) {
-    index_[static_cast<std::size_t>(it.slot)].busy = true;
-  }
-  auto const id = next_ticket_++;
-  tickets_.emplace(id, b);
-  b->remaining.store(static_cast<int>(runs.size()));
+  // The drives' runs interleaved: every drive has work from the start of the batch.
+  std::stable_sort(runs.begin(), runs.end(), [](auto const& x, auto const& y) { return x.rank < y.rank; });
   auto shared_order = std::make_shared<std::vector<std::size_t> const>(std::move(order));
+  auto const id = next_ticket_;
+  tickets_.emplace(id, b);  // the last allocation before publishing
+  ++next_ticket_;
+  for (auto const& it : b->items) {
+    auto& s = index_[static_cast<std::size_t>(it.slot)];
+    s.busy = true;
+    if (b->write) { s.valid = false; }  // its content is unknown until the write completes
+  }
+  b->remaining.store(static_cast<int>(runs.size()));
+  auto unstarted = [&](std::exception const& e) {
+    b->fail(detail::concat("file_store: a run could not start: ", e.what()));
+    std::lock_guard lock{done_mutex_};
+    b->remaining.fetch_sub(1);
+  };
 #ifdef STRATA_FILE_STORE_URING
   if (ring_) {
     for (auto const& r : runs) {
-      start_uring_run(b, shared_order, r);
+      try {
+        start_uring_run(b, shared_order, {r.first, r.last});
+      } catch (std::exception const& e) {  // no memory for the run's state or its buffers
+        unstarted(e);
+      }
     }
     return io_ticket{id};
   }
 #endif
   for (auto const& r : runs) {
-    pool_->post([this, b, shared_order, r](int worker) {
-      std::span<std::size_t const> const run{shared_order->data() + r.first, r.second - r.first};
-      try {
-        thread_run(*b, run, worker);
-      } catch (std::exception const& e) {  // allocation failure of a staging buffer
-        b->fail(detail::concat("file_store: ", e.what()));
-      }
-      {
-        std::lock_guard lock{done_mutex_};
-        b->remaining.fetch_sub(1);
-      }
-      done_cv_.notify_all();
-    });
+    auto const buffers = static_cast<std::size_t>(r.drive * options_.io_threads);
+    try {
+      pools_[static_cast<std::size_t>(r.drive)]->post([this, b, shared_order, r, buffers](int worker) {
+        std::span<std::size_t const> const run{shared_order->data() + r.first, r.last - r.first};
+        try {
+          thread_run(*b, run, buffers + static_cast<std::size_t>(worker));
+        } catch (std::exception const& e) {  // allocation failure of a staging buffer
+          b->fail(detail::concat("file_store: ", e.what()));
+        }
+        {
+          std::lock_guard lock{done_mutex_};
+          b->remaining.fetch_sub(1);
+        }
+        done_cv_.notify_all();
+      });
+    } catch (std::exception const& e) {  // the drive's queue could not take the run
+      unstarted(e);
+    }
   }
   return io_ticket{id};
 }
@@ -361,9 +419,10 @@ inline auto file_store::io_failure(char const* what, std::int64_t first_slot, st
 {
   auto const [fd, off] = where(first_slot);
   (void)fd;
-  return detail::concat("file_store: ", what, " of slots [", first_slot, ", ",
-                        first_slot + static_cast<std::int64_t>(n), ") in ",
-                        paths_[static_cast<std::size_t>(first_slot / slots_per_file_)], " at offset ", off,
+  auto const last = first_slot + static_cast<std::int64_t>(n - 1) * drives_;
+  return detail::concat("file_store: ", what, " of ", drives_ == 1 ? "slots [" : "every ",
+                        drives_ == 1 ? "" : detail::concat(drives_, "th slot of ["), first_slot, ", ", last + 1,
+                        ") in ", paths_[place(first_slot).first], " at offset ", off,
                         " failed: ", e == ENOSPC ? "no space left on the device: " : "", detail::errno_text(e));
 }
 
@@ -424,17 +483,16 @@ inline auto file_store::verify_read(batch& b, std::span<std::size_t const> run, 
       why = "payload checksum mismatch";
     }
     if (why != nullptr) {
-      b.fail(detail::concat("file_store: read of slot ", it.slot, " in ",
-                            paths_[static_cast<std::size_t>(it.slot / slots_per_file_)], ": ", why));
+      b.fail(detail::concat("file_store: read of slot ", it.slot, " in ", paths_[place(it.slot).first], ": ", why));
       return;
     }
     if (staged) { std::memcpy(it.dst, payload, static_cast<std::size_t>(page_bytes_)); }
   }
 }
 
-inline auto file_store::thread_run(batch& b, std::span<std::size_t const> run, int worker) -> void
+inline auto file_store::thread_run(batch& b, std::span<std::size_t const> run, std::size_t buffers) -> void
 {
-  auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
+  auto& buf = worker_buffers_[buffers];
   std::vector<iovec> iov;
   bool const staged = prepare_run(b, run, buf, iov);
   auto const first = b.items[run[0]].slot;
@@ -458,13 +516,7 @@ inline auto file_store::start_uring_run(std::shared_ptr<batch> const& b,
   u->order = order;
   u->first = r.first;
   u->last = r.second;
-  try {
-    u->staged = prepare_run(*b, u->run(), u->buf, u->iov);
-  } catch (std::exception const& e) {  // allocation failure of a staging buffer
-    b->fail(detail::concat("file_store: ", e.what()));
-    b->remaining.fetch_sub(1);
-    return;
-  }
+  u->staged = prepare_run(*b, u->run(), u->buf, u->iov);  // may throw: the batch fails (launch)
   for (auto const& v : u->iov) {
     u->bytes += v.iov_len;
   }
@@ -473,8 +525,8 @@ inline auto file_store::start_uring_run(std::shared_ptr<batch> const& b,
   }
   auto const [fd, off] = where(b->items[u->run()[0]].slot);
   auto const id = next_run_++;
-  ring_->push(b->write, fd, u->iov.data(), static_cast<unsigned>(u->iov.size()), off, id);
-  uring_runs_.emplace(id, std::move(u));
+  auto const& run = *uring_runs_.emplace(id, std::move(u)).first->second;  // before the kernel sees it
+  ring_->push(b->write, fd, run.iov.data(), static_cast<unsigned>(run.iov.size()), off, id);
   (void)ring_->enter(false);  // a refused submission is retried by the next reap
 }
 

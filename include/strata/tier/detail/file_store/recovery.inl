@@ -9,65 +9,77 @@
 
 namespace strata {
 
-inline auto file_store::descriptor_path() const -> std::string
+inline auto file_store::descriptor_path(std::int64_t d) const -> std::string
 {
-  return (std::filesystem::path{options_.directory} / detail::concat("strata-kv.rank", options_.tp_rank, ".meta"))
+  return (std::filesystem::path{dirs_[static_cast<std::size_t>(d)]} /
+          detail::concat("strata-kv.rank", options_.tp_rank, ".meta"))
       .string();
 }
 
-inline auto file_store::descriptor_text() const -> std::string
+inline auto file_store::descriptor_text(std::int64_t d) const -> std::string
 {
   return detail::concat("strata file_store\nformat ", detail::file_format_version, "\nconfiguration ", geometry_hash_,
                         "\nrecord_bytes ", record_bytes_, "\nfiles ", options_.files, "\nslots_per_file ",
-                        slots_per_file_, "\n");
+                        slots_per_file_, "\ndrives ", drives_, "\ndrive ", d, "\n");
 }
 
 inline auto file_store::check_descriptor() const -> void
 {
-  std::ifstream in{descriptor_path()};
-  if (!in) { return; }  // a new store, or one made before descriptors: its records are checked one by one
-  std::map<std::string, std::string> found, want;
-  auto parse = [](std::istream& s, std::map<std::string, std::string>& into) {
-    std::string k, v;
-    while (s >> k && std::getline(s >> std::ws, v)) {
-      into[k] = v;
+  for (std::int64_t d = 0; d < drives_; ++d) {
+    std::ifstream in{descriptor_path(d)};
+    if (!in) { continue; }  // a new drive, or a store made before descriptors: its records are checked one by one
+    std::map<std::string, std::string> found, want;
+    auto parse = [](std::istream& s, std::map<std::string, std::string>& into) {
+      std::string k, v;
+      while (s >> k && std::getline(s >> std::ws, v)) {
+        into[k] = v;
+      }
+    };
+    parse(in, found);
+    std::istringstream mine{descriptor_text(d)};
+    parse(mine, want);
+    if (found.count("drives") == 0) {  // written before stores had several drives: one
+      found["drives"] = "1";
+      found["drive"] = "0";
     }
-  };
-  parse(in, found);
-  std::istringstream mine{descriptor_text()};
-  parse(mine, want);
-  for (char const* k : {"format", "configuration", "record_bytes", "files", "slots_per_file"}) {
-    bool same = found[k] == want[k];
-    if (!same && std::string_view{k} == "slots_per_file" && options_.files == 1) {  // one file may grow
-      same = !found[k].empty() && std::stoll(found[k]) <= slots_per_file_;
+    for (char const* k : {"format", "configuration", "drives", "drive", "record_bytes", "files", "slots_per_file"}) {
+      bool same = found[k] == want[k];
+      if (!same && std::string_view{k} == "slots_per_file" && options_.files == 1) {  // one file may grow
+        same = !found[k].empty() && std::stoll(found[k]) <= slots_per_file_;
+      }
+      STRATA_EXPECTS_AS(
+          file_store_error, same, "file_store::open: ", descriptor_path(d), " says its records were written with ", k,
+          " ", found[k].empty() ? "(missing)" : found[k], ", this store has ", want[k],
+          std::string_view{k} == "configuration"     ? " (another geometry, page size, tag or tensor-parallel size)"
+          : std::string_view{k}.starts_with("drive") ? " (directories given in another number or order)"
+                                                     : "",
+          ": refusing to open it, nothing changed (reopen with the configuration that wrote it, or remove "
+          "the directory)");
     }
-    STRATA_EXPECTS_AS(
-        file_store_error, same, "file_store::open: ", descriptor_path(), " says its records were written with ", k, " ",
-        found[k].empty() ? "(missing)" : found[k], ", this store has ", want[k],
-        std::string_view{k} == "configuration" ? " (another geometry, page size, tag or tensor-parallel size)" : "",
-        ": refusing to open it, nothing changed (reopen with the configuration that wrote it, or remove "
-        "the directory)");
   }
 }
 
 inline auto file_store::write_descriptor() const -> void
 {
-  // Written to a temporary file and renamed: a crash leaves the old descriptor or the new one.
-  std::string const path = descriptor_path(), tmp = path + ".tmp";
-  std::string const text = descriptor_text();
-  detail::unique_fd fd{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  STRATA_EXPECTS_AS(file_store_error, fd.get() >= 0, "file_store: cannot create ", tmp, ": ",
-                    detail::errno_text(errno));
-  iovec v{const_cast<char*>(text.data()), text.size()};
-  int const e = detail::transfer_all(io_backend{}, true, fd.get(), &v, 1, 0);
-  STRATA_EXPECTS_AS(file_store_error, e == 0 && ::fsync(fd.get()) == 0, "file_store: cannot write ", tmp, ": ",
-                    detail::errno_text(e != 0 ? e : errno));
-  STRATA_EXPECTS_AS(file_store_error, ::rename(tmp.c_str(), path.c_str()) == 0, "file_store: cannot rename ", tmp, ": ",
-                    detail::errno_text(errno));
-  // The directory entries (the record files, the descriptor) survive a crash only once it is synced.
-  detail::unique_fd dir{::open(options_.directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  STRATA_EXPECTS_AS(file_store_error, dir.get() >= 0 && ::fsync(dir.get()) == 0, "file_store: cannot sync directory ",
-                    options_.directory, ": ", detail::errno_text(errno));
+  for (std::int64_t d = 0; d < drives_; ++d) {
+    // Written to a temporary file and renamed: a crash leaves the old descriptor or the new one.
+    std::string const path = descriptor_path(d), tmp = path + ".tmp";
+    std::string const text = descriptor_text(d);
+    detail::unique_fd fd{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    STRATA_EXPECTS_AS(file_store_error, fd.get() >= 0, "file_store: cannot create ", tmp, ": ",
+                      detail::errno_text(errno));
+    iovec v{const_cast<char*>(text.data()), text.size()};
+    int const e = detail::transfer_all(io_backend{}, true, fd.get(), &v, 1, 0);
+    STRATA_EXPECTS_AS(file_store_error, e == 0 && ::fsync(fd.get()) == 0, "file_store: cannot write ", tmp, ": ",
+                      detail::errno_text(e != 0 ? e : errno));
+    STRATA_EXPECTS_AS(file_store_error, ::rename(tmp.c_str(), path.c_str()) == 0, "file_store: cannot rename ", tmp,
+                      ": ", detail::errno_text(errno));
+    // The directory entries (the record files, the descriptor) survive a crash only once it is synced.
+    auto const& directory = dirs_[static_cast<std::size_t>(d)];
+    detail::unique_fd dir{::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    STRATA_EXPECTS_AS(file_store_error, dir.get() >= 0 && ::fsync(dir.get()) == 0, "file_store: cannot sync directory ",
+                      directory, ": ", detail::errno_text(errno));
+  }
 }
 
 inline auto file_store::recover() -> void
@@ -75,18 +87,23 @@ inline auto file_store::recover() -> void
   std::vector<detail::file_record_header> found(static_cast<std::size_t>(capacity()));
   std::vector<char> intact(static_cast<std::size_t>(capacity()), 0);
   std::vector<recovered_record> identity(static_cast<std::size_t>(capacity()));
+  // Jobs of `chunk` adjacent records of one drive, on that drive's threads.
   std::int64_t const chunk = runs_max_;
-  std::int64_t const jobs = (capacity() + chunk - 1) / chunk;
+  std::int64_t const per_drive = (capacity() + drives_ - 1) / drives_;
+  std::int64_t const chunks = (per_drive + chunk - 1) / chunk;
+  std::int64_t const jobs = chunks * drives_;
   std::atomic<std::int64_t> remaining{jobs};
   std::atomic<std::int64_t> other_configuration{0};  // records another configuration of the store wrote
   std::mutex m;
   std::condition_variable cv;
   std::string first_error, abort_error;  // abort_error: recovery could not finish (nothing may be dropped)
-  auto job = [&](std::int64_t first, int worker) {
+  auto job = [&](std::int64_t d, std::int64_t first, int worker) {
     try {
-      auto& buf = worker_buffers_[static_cast<std::size_t>(worker)];
+      auto& buf = worker_buffers_[static_cast<std::size_t>(d * options_.io_threads + worker)];
       buf.staging.ensure(static_cast<std::size_t>(record_bytes_));
-      for (std::int64_t s = first; s < std::min(first + chunk, capacity()); ++s) {
+      for (std::int64_t l = first; l < first + chunk; ++l) {
+        std::int64_t const s = l * drives_ + d;
+        if (s >= capacity()) { break; }
         auto const [fd, off] = where(s);
         iovec v{buf.staging.data(),
                 static_cast<std::size_t>(options_.verify_on_reopen ? record_bytes_ : detail::file_header_bytes)};
@@ -131,8 +148,9 @@ inline auto file_store::recover() -> void
   };
   std::int64_t posted = 0;
   try {
-    for (; posted < jobs; ++posted) {
-      pool_->post([&job, first = posted * chunk](int worker) { job(first, worker); });
+    for (; posted < jobs; ++posted) {  // the drives' chunks interleaved
+      std::int64_t const d = posted % drives_, first = posted / drives_ * chunk;
+      pools_[static_cast<std::size_t>(d)]->post([&job, d, first](int worker) { job(d, first, worker); });
     }
   } catch (std::exception const& e) {  // the queue could not take a job: wait for those it took
     std::lock_guard lock{m};
@@ -145,13 +163,17 @@ inline auto file_store::recover() -> void
   }
   // Nothing is released or dropped unless every slot was read: a store that cannot recover now
   // refuses to open, and opens whole once it can.
-  STRATA_EXPECTS_AS(file_store_error, abort_error.empty(), "file_store::open: recovery of ", options_.directory,
+  std::string named = dirs_[0];
+  for (std::size_t d = 1; d < dirs_.size(); ++d) {
+    named += (d + 1 == dirs_.size() ? " and " : ", ") + dirs_[d];
+  }
+  STRATA_EXPECTS_AS(file_store_error, abort_error.empty(), "file_store::open: recovery of ", named,
                     " could not finish (", abort_error, "): refusing to open it, no record dropped");
   // Records of another configuration and none of this one: the store was opened with the wrong
   // settings (a few among this configuration's records are damage, dropped like any other).
   bool const ours = std::find(intact.begin(), intact.end(), char{1}) != intact.end();
-  STRATA_EXPECTS_AS(file_store_error, ours || other_configuration.load() == 0, "file_store::open: ", options_.directory,
-                    " holds ", other_configuration.load(), " records written with ", detail::file_other_configuration,
+  STRATA_EXPECTS_AS(file_store_error, ours || other_configuration.load() == 0, "file_store::open: ", named, " holds ",
+                    other_configuration.load(), " records written with ", detail::file_other_configuration,
                     " and none of this one: refusing to open it, nothing changed (reopen with the configuration that "
                     "wrote them, or remove the directory)");
   last_error_ = first_error;
