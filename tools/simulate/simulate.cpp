@@ -97,6 +97,7 @@ struct options {
   std::optional<std::int64_t> file_pages;                // unset: none (the file sweep: 131072)
   std::optional<double> file_gbps, file_write_gbps;      // unset: h200::file_*_bytes_per_s (measured)
   std::string file_bench;                                // bench_file_store output to calibrate from
+  int file_drives = 1;                                   // drives the file tier stripes over (rates are each one's)
   std::optional<write_policy> policy;                    // unset: write_through (the file sweep: write_back)
   prefetch_mode prefetch = prefetch_mode::best_effort;
   bool file_sweep = false;
@@ -137,6 +138,9 @@ struct options {
       "  --file-write-gbps X             file tier write bandwidth (demotions), GB/s, %g..%g (default %g: measured)\n"
       "  --file-bench FILE               file tier read and write bandwidth from bench_file_store's output\n"
       "                                  (medians of its runs of 32-token records) instead of --file-gbps\n"
+      "  --file-drives N                 the file tier is an array of N drives, 1..64 (default 1), its records\n"
+      "                                  striped across them (file_store over N directories): the rates above\n"
+      "                                  are one drive's, the tier moves N times them\n"
       "  --write-policy write_through|write_back   device -> host backups (default write_through;\n"
       "                                  --file-sweep: write_back)\n"
       "  --prefetch off|best_effort|wait_complete|timeout   file -> host prefetch of a prefix at arrival\n"
@@ -259,6 +263,8 @@ options parse(int argc, char** argv)
     } else if (a == "--file-bench") {
       o.file_bench = value(i);
       STRATA_EXPECTS(!o.file_bench.empty(), "--file-bench needs a file, got ''");
+    } else if (a == "--file-drives") {
+      o.file_drives = integer_value<int>(a, value(i), 1, 64);
     } else if (a == "--file-sweep") {
       o.file_sweep = true;
     } else if (a == "--file-grid") {
@@ -296,7 +302,8 @@ io_costs system_io(std::string const& name)
 }
 
 /// The file tier's bandwidths: --file-bench, else --file-gbps / --file-write-gbps over the measured
-/// defaults of `h200::lower_tiers`.
+/// defaults of `h200::lower_tiers`; one drive's, times --file-drives (records striped one by one:
+/// a transfer of many pages keeps every drive busy).
 /// @throw strata::invalid_argument for a benchmark output that cannot be read or has no read runs
 void set_file_tier(options const& o, cost_model& costs)
 {
@@ -310,6 +317,10 @@ void set_file_tier(options const& o, cost_model& costs)
   if (o.file_gbps || o.file_write_gbps) {
     costs.set_file_tier(o.file_gbps ? *o.file_gbps * 1e9 : costs.io().load_bytes_per_s[std::size_t(tier::file)],
                         o.file_write_gbps ? *o.file_write_gbps * 1e9 : costs.write_bytes_per_s(tier::file));
+  }
+  if (o.file_drives > 1) {
+    costs.set_file_tier(costs.io().load_bytes_per_s[std::size_t(tier::file)] * o.file_drives,
+                        costs.write_bytes_per_s(tier::file) * o.file_drives);
   }
 }
 
@@ -1237,7 +1248,8 @@ int main(int argc, char** argv)
           o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
               o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.progress &&
               o.delay_hits && o.balance && o.bubbles && !o.rate && !o.requests && !o.file_sweep && !o.file_pages &&
-              !o.file_gbps && !o.file_write_gbps && o.file_bench.empty() && !o.policy && !o.file_grid,
+              !o.file_gbps && !o.file_write_gbps && o.file_bench.empty() && o.file_drives == 1 && !o.policy &&
+              !o.file_grid,
           "--sweep takes only --out, --trace (with --trace-pages), --budget, --device-pages and --host-pages");
       return run_sweep(o);
     }
@@ -1249,7 +1261,7 @@ int main(int argc, char** argv)
                          o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.rate &&
                          o.delay_hits && o.balance && o.bubbles && !o.deadline_slack && !o.prefix_order &&
                          !o.file_sweep && !o.host_pages && !o.device_pages && !o.file_gbps && !o.file_write_gbps &&
-                         o.file_bench.empty() && !o.policy && o.record_rules,
+                         o.file_bench.empty() && o.file_drives == 1 && !o.policy && o.record_rules,
                      "--file-grid takes only --out, --requests, --trace (with --trace-pages), --file-pages and "
                      "--progress");
       return run_file_grid(o);
@@ -1261,7 +1273,8 @@ int main(int argc, char** argv)
               o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.rate && o.delay_hits &&
               o.balance && o.bubbles && !o.deadline_slack && !o.prefix_order && o.trace.empty(),
           "--file-sweep takes only --out, --requests, --budget, --device-pages, --host-pages, "
-          "--file-pages, --file-gbps, --file-write-gbps, --file-bench, --write-policy, --prefetch and --progress");
+          "--file-pages, --file-gbps, --file-write-gbps, --file-bench, --file-drives, --write-policy, --prefetch and "
+          "--progress");
       options f = o;
       if (!f.policy) { f.policy = write_policy::write_back; }  // the file tier holds what the host lets go
       return run_file_sweep(f);
