@@ -9,7 +9,9 @@
 // `wait_layer` before each layer's kernels. A few shared documents get several questions each, as
 // multi-turn conversations; the device pool holds about two documents, so prefixes are evicted to
 // the pinned host tier and loaded back (write-through backups). Below the host tier, an NVMe file
-// tier (checksummed records in $STRATA_FILE_DIR, default the temporary folder). A helper thread polls.
+// tier (checksummed records in $STRATA_FILE_DIR, default the temporary folder), its rates in the
+// cost model measured there first (`measure_drives`; STRATA_FILE_CALIBRATE=0: the H200 disk's
+// figures). A helper thread polls.
 //
 // Then, in the same run (median of 5):
 //   (a) load bandwidth through the controller (a host-cached document's pages into the device pool,
@@ -28,6 +30,7 @@
 
 #include <strata/cache/gpu_policies.cuh>
 #include <strata/layout/layer_first.hpp>
+#include <strata/tier/drive_rates.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -377,6 +380,17 @@ int main(int argc, char** argv)
   // of it would cost against recomputing (the simulator's grid asks whether keeping it pays).
   controller_options options;
   options.records_by_cost = false;
+  // The cost model's file tier is the directory's own measured rate (`measure_drives`, what the
+  // store's threads read there), so that the plan's read-or-recompute choice fits the directory;
+  // STRATA_FILE_CALIBRATE=0 keeps the H200 disk's figures.
+  char const* calibrate = std::getenv("STRATA_FILE_CALIBRATE");
+  if (calibrate == nullptr || std::string(calibrate) != "0") {
+    auto const rates = measure_drives(fo);
+    options.costs = h200::costs_for(geo);
+    options.costs.set_file_tier(rates.read_bytes_per_s, rates.write_bytes_per_s);
+    std::printf("file tier calibrated on %s: read %.2f GB/s, write %.2f GB/s\n", dir.string().c_str(),
+                rates.read_bytes_per_s / 1e9, rates.write_bytes_per_s / 1e9);
+  }
   controller cache{controller::tiers_type{device_pool<layer_first>{pool}, pinned_host_pool{geo, host_pages}, disk},
                    options, strata_scheduler{}};
   cuda_stream compute_stream;
