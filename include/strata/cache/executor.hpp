@@ -98,6 +98,15 @@ class cpu_executor {
         kv_geometry const g = src.geometry();
         if constexpr (addressable_store<S> && addressable_store<D>) {
           host_copy{}.copy(copy_plan{src.layout(), dst.layout(), pairs, layer_range::all(g)});
+        } else if constexpr (record_store<S> && detail::holds_records<D>()) {
+          // Into page-first memory: the records are read in place.
+          auto const legs = detail::record_legs::in_place(pairs, dst.layout(), true);
+          STRATA_EXPECTS(detail::read_records(src, legs, d), "cpu_executor: reading ", pairs.size(),
+                         " records from the ", to_string(S::kind), " tier failed");
+        } else if constexpr (record_store<D> && detail::holds_records<S>()) {
+          auto const legs = detail::record_legs::in_place(pairs, src.layout(), false);
+          STRATA_EXPECTS(detail::write_records(dst, legs, d), "cpu_executor: writing ", pairs.size(),
+                         " records to the ", to_string(D::kind), " tier failed");
         } else if constexpr ((addressable_store<S> || record_store<S>) && (addressable_store<D> || record_store<D>)) {
           // Through page-first records in host memory: record i holds pair i.
           std::int64_t const n = std::int64_t(pairs.size());

@@ -447,12 +447,22 @@ class gpu_executor {
 
   /// A record store (a file tier) into an addressable one: the records are read into the pinned
   /// bounce buffer on this thread (a failed read throws: the submission fails, the load is a miss),
-  /// then copied into the device pool like any host load (per layer) or into host memory by the CPU.
+  /// then copied into the device pool like any host load (per layer); into page-first host memory
+  /// they are read in place.
   template <class S, class D>
   transfer_handle from_records(S& src, D& dst, detail::direction const& d, copy_kind kind, cudaStream_t s)
   {
     kv_geometry const g = src.geometry();
     std::int64_t const n = std::int64_t(d.pairs.size());
+    if constexpr (D::kind != tier::device && detail::holds_records<D>()) {
+      // Into page-first host memory (a prefetch into the pinned host tier): read in place.
+      auto const legs = detail::record_legs::in_place(std::span<page_pair const>{d.pairs}, dst.layout(), true);
+      if (!detail::read_records(src, legs, d)) {
+        throw error(detail::concat("strata: gpu_executor: reading ", n, " records from the ", to_string(S::kind),
+                                   " tier failed (the load is a miss)"));
+      }
+      return {};
+    }
     page_first const records = bounce_records(g, n);
     detail::record_legs const legs{d.pairs, records};
     if (!detail::read_records(src, legs, d)) {
@@ -470,12 +480,22 @@ class gpu_executor {
   }
 
   /// An addressable store into a record store: pages into the bounce buffer (from the device: a
-  /// copy waited for here), then written as records on this thread (a failed write throws).
+  /// copy waited for here), then written as records on this thread (a failed write throws); from
+  /// page-first host memory they are written in place.
   template <class S, class D>
   void to_records(S& src, D& dst, detail::direction const& d, cudaStream_t s)
   {
     kv_geometry const g = src.geometry();
     std::int64_t const n = std::int64_t(d.pairs.size());
+    if constexpr (S::kind != tier::device && detail::holds_records<S>()) {
+      // From page-first host memory (host -> file backups and demotions): written in place.
+      auto const legs = detail::record_legs::in_place(std::span<page_pair const>{d.pairs}, src.layout(), false);
+      if (!detail::write_records(dst, legs, d)) {
+        throw error(detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind),
+                                   " tier failed"));
+      }
+      return;
+    }
     page_first const records = bounce_records(g, n);
     detail::record_legs const legs{d.pairs, records};
     copy_plan const plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)};

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -100,9 +101,41 @@ struct record_legs {
       out[i] = {r, pairs[i].dst};
     }
   }
+  /// Records in place, in a page-first layout (`holds_records_v`): record i is the destination
+  /// page of pair i (a read straight into it) or its source page (a write straight from it).
+  template <class L>
+  [[nodiscard]] static record_legs in_place(std::span<page_pair const> pairs, L const& pages, bool at_destination)
+  {
+    record_legs legs{pairs.size()};
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      legs.from[i] = pairs[i].src;
+      legs.to[i] = pairs[i].dst;
+      legs.at[i] = pages.page_data(at_destination ? pairs[i].dst : pairs[i].src);
+    }
+    return legs;
+  }
   /// The records as sources of a write.
   [[nodiscard]] std::vector<std::byte const*> sources() const { return {at.begin(), at.end()}; }
+
+ private:
+  explicit record_legs(std::size_t n) : from(n), to(n), at(n) {}
 };
+
+/// @brief Whether layout `L` keeps each page as one contiguous page-first record: a record store
+///        then reads into and writes from its pages in place, with no bounce buffer and no copy.
+template <class L>
+inline constexpr bool holds_records_v = std::is_same_v<L, page_first> || std::is_same_v<L, page_first_chunked>;
+
+/// @brief Whether store `S` is addressable with a layout that `holds_records_v`.
+template <class S>
+[[nodiscard]] constexpr bool holds_records() noexcept
+{
+  if constexpr (addressable_store<S>) {
+    return holds_records_v<std::remove_cvref_t<decltype(std::declval<S const&>().layout())>>;
+  } else {
+    return false;
+  }
+}
 
 /// @brief Reads the records of `legs` from record store `store`, refusing records of other keys
 ///        where the store checks them (`keyed_record_store`) and the orders carry keys.
