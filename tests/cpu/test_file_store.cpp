@@ -693,7 +693,7 @@ TEST_CASE("measure_drives: each drive's rates while all move, their aggregate, n
   STRATA_REQUIRE_THROWS(strata::invalid_argument, "positive multiple of 4096", (void)strata::measure_drives(o, 5000));
   auto both = o;
   both.directory = d0.path.string();
-  STRATA_REQUIRE_THROWS(strata::invalid_argument, "give one of directory and directories",
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "measure_drives: give one of directory (one drive) and directories",
                         (void)strata::measure_drives(both, 4096));
   auto unwritable = one;
   unwritable.directory = "/proc/strata-cannot-be-here";

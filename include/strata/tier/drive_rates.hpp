@@ -61,13 +61,10 @@ struct drive_rates {
 [[nodiscard]] inline drive_rates measure_drives(file_store_options const& options,
                                                 std::int64_t bytes_per_drive = std::int64_t{256} << 20)
 {
-  STRATA_EXPECTS(options.directory.empty() != options.directories.empty(),
-                 "measure_drives: give one of directory and directories");
+  std::vector<std::string> const dirs = drive_directories(options, "measure_drives");
   STRATA_EXPECTS(bytes_per_drive >= 4096 && bytes_per_drive % 4096 == 0,
                  "measure_drives: bytes_per_drive must be a positive multiple of 4096, got ", bytes_per_drive);
   STRATA_EXPECTS(options.max_io_bytes > 0, "measure_drives: max_io_bytes must be positive, got ", options.max_io_bytes);
-  std::vector<std::string> const dirs =
-      options.directories.empty() ? std::vector<std::string>{options.directory} : options.directories;
   auto const chunk = static_cast<std::size_t>(
       std::min<std::int64_t>(bytes_per_drive, detail::round_up(options.max_io_bytes, detail::file_alignment)));
   struct drive {

@@ -83,6 +83,17 @@ struct file_store_options {
   io_backend io{};  ///< system calls (tests inject faults here)
 };
 
+/// @brief The directories of `options`, one per drive: `directories`, or `directory` alone.
+/// @param what the caller, for the error message
+/// @throw strata::invalid_argument unless exactly one of the two is given
+[[nodiscard]] inline std::vector<std::string> drive_directories(file_store_options const& options, char const* what)
+{
+  STRATA_EXPECTS(options.directory.empty() != options.directories.empty(), what,
+                 ": give one of directory (one drive) and directories (one per drive), got ",
+                 options.directory.empty() ? "neither" : "both");
+  return options.directories.empty() ? std::vector<std::string>{options.directory} : options.directories;
+}
+
 /// @brief An intact record found when reopening a store: its slot, and what it says of its page.
 struct recovered_record {
   std::int64_t slot{};            ///< record slot (allocated in `slots()`)

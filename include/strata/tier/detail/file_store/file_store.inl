@@ -12,10 +12,7 @@ namespace strata {
 inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, file_store_options options)
     : geometry_{(geometry.validate(), geometry)}, slots_{checked_pages(geometry, pages)}, options_{std::move(options)}
 {
-  STRATA_EXPECTS(options_.directory.empty() != options_.directories.empty(),
-                 "file_store: give one of directory (one drive) and directories (one per drive), got ",
-                 options_.directory.empty() ? "neither" : "both");
-  dirs_ = options_.directories.empty() ? std::vector<std::string>{options_.directory} : options_.directories;
+  dirs_ = drive_directories(options_, "file_store");
   std::vector<std::filesystem::path> seen;  // the same directory under two names is refused too
   for (std::size_t d = 0; d < dirs_.size(); ++d) {
     STRATA_EXPECTS(!dirs_[d].empty(), "file_store: directory ", d, " must not be empty");
