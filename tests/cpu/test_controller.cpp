@@ -900,11 +900,32 @@ TEST_CASE(
     CHECK(starts == 1);
     cache->check_invariants();
   }
-  // A flipped bit in b's first own page: that record is dropped on reopen, and the two pages that
-  // chain through it cannot be placed; a and the shared pages are restored.
+  // A flipped bit in b's first own page: that record is dropped on a reopen that checks payloads,
+  // and the two pages that chain through it cannot be placed; a and the shared pages are restored.
   std::int64_t const bad = slot_of(o, tokens_t(b.begin() + 3 * geo.page_tokens, b.begin() + 4 * geo.page_tokens));
   REQUIRE(bad >= 0);
   corrupt((dir / "strata-kv.rank0.0.dat").string(), bad);
+  {  // Reopened with headers only (the default), a copy of the damaged store: the record is
+     // recovered, and its first read loses that page and the two below it, as a full check would.
+    fs::path const copy = dir.string() + "_headers";
+    fs::remove_all(copy);
+    fs::copy(dir, copy, fs::copy_options::recursive);
+    file_store_options oc = o;
+    oc.directory = copy.string();
+    REQUIRE_FALSE(oc.verify_on_reopen);
+    auto disk = file_store::open(geo, 64, oc);
+    CHECK(disk.dropped() == 0);
+    auto cache = make(disk);
+    CHECK(cache->stats().restored_pages == 9);
+    auto const [hit, starts] = serve(*cache, pool, 4, question(b, 4));
+    CHECK(hit[2] == 3);
+    CHECK(starts == 2);
+    CHECK(cache->stats().discarded_pages == 3);
+    CHECK(cache->probe(question(a, 5)).tokens == 6 * geo.page_tokens);  // a is untouched
+    cache.reset();
+    fs::remove_all(copy);
+  }
+  o.verify_on_reopen = true;  // every payload checked at reopen: the record is dropped there
   {
     auto disk = file_store::open(geo, 64, o);
     CHECK(disk.dropped() == 1);
@@ -940,6 +961,81 @@ TEST_CASE(
     cache->check_invariants();
   }
   fs::remove_all(dir);
+}
+
+namespace {
+
+/// The slot of the live record whose page ids are `page`, found in the file's headers (one file).
+std::int64_t live_slot_of(std::string const& path, std::int64_t slots, tokens_t const& page)
+{
+  std::int64_t const record = 4096 + ((geo.page_bytes() + 4095) / 4096) * 4096;
+  int const fd = ::open(path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  std::int64_t found = -1;
+  for (std::int64_t s = 0; s < slots && found < 0; ++s) {
+    tokens_t ids(page.size());
+    auto const n = ::pread(fd, ids.data(), ids.size() * sizeof(std::int32_t),
+                           off_t(s * record + std::int64_t(detail::file_ids_offset)));
+    if (n == ssize_t(ids.size() * sizeof(std::int32_t)) && ids == page) { found = s; }
+  }
+  ::close(fd);
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "controller: a record that goes bad on a live controller loses its page and what hangs below, "
+    "not the intact prefix",
+    "[cpu][controller][file]")
+{
+  namespace fs = std::filesystem;
+  for (prefetch_mode const prefetch : {prefetch_mode::off, prefetch_mode::best_effort}) {
+    CAPTURE(int(prefetch));
+    fs::path const dir = fs::temp_directory_path() / ("strata_controller_bad_page_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    file_store_options o;
+    o.directory = dir.string();
+    file_store disk{geo, 64, o};
+    using disk_controller = cache_controller<disk_policies>;
+    engine_memory mem{40};
+    layer_first const pool = mem.layout(40);
+    controller_options opts;
+    opts.costs = reading_pays();
+    opts.backup_policy = write_policy::write_through;
+    opts.file_backup_policy = write_policy::write_through;
+    opts.prefetch = prefetch;
+    disk_controller cache{disk_controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 40}, disk}, opts};
+    // A 25-page document, and a 3-page question below it: two nodes, on the files only.
+    tokens_t const doc = doc_tokens(1, 25), longer = join(doc, doc_tokens(4000, 3));
+    auto const q = [](tokens_t t, std::int32_t x) { return join(std::move(t), tokens_t{x}); };
+    (void)serve(cache, pool, 1, q(doc, 1));
+    (void)serve(cache, pool, 2, q(longer, 2));
+    (void)cache.evict(tier::device, 40);
+    (void)cache.evict(tier::host, 40);
+    for (int i = 0; i < 8 && cache.poll() > 0; ++i) {}
+    REQUIRE(cache.probe(q(longer, 3)).fastest_tokens[2] == 28 * geo.page_tokens);
+    // One flipped payload bit in the document's page 12.
+    auto const bad = live_slot_of(disk.paths()[0], 64,
+                                  tokens_t(doc.begin() + 12 * geo.page_tokens, doc.begin() + 13 * geo.page_tokens));
+    REQUIRE(bad >= 0);
+    corrupt(disk.paths()[0], bad);
+    auto const before = cache.stats();
+    auto const [hit, starts] = serve(cache, pool, 3, q(longer, 3));  // bytes checked against the content function
+    auto const after = cache.stats();
+    CHECK(after.failed_transfers == before.failed_transfers + 1);
+    CHECK(after.discarded_pages - before.discarded_pages == 16);  // pages 12..24 and the 3 below
+    CHECK(hit[2] == 12);                                          // the intact prefix, read from the file tier again
+    if (prefetch == prefetch_mode::off) { CHECK(starts == 2); }   // the failed load, then the retry
+    cache.check_invariants();
+    // Served again, every page is cached (the lost ones were computed and backed up anew).
+    (void)cache.evict(tier::device, 40);
+    for (int i = 0; i < 8 && cache.poll() > 0; ++i) {}
+    auto const [hit4, starts4] = serve(cache, pool, 4, q(longer, 4));
+    CHECK(hit4[0] + hit4[1] + hit4[2] == 28);
+    CHECK(starts4 == 1);
+    fs::remove_all(dir);
+  }
 }
 
 TEST_CASE("controller: prefetch moves a waiting request's prefix from the file tier to the host, per policy",

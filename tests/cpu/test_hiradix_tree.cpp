@@ -664,6 +664,61 @@ TEST_CASE("hiradix_tree: discard drops a lost copy, and a broken prefix with eve
   t2.check_invariants();
 }
 
+TEST_CASE("hiradix_tree: discard_from keeps the intact prefix of a node and drops the page lost and below",
+          "[cpu][hiradix]")
+{
+  tokens_t const doc = seq(0, 24);  // 6 pages
+  tokens_t longer = doc;
+  for (std::int32_t i = 0; i < 8; ++i) {
+    longer.push_back(500 + i);  // 2 pages below the document
+  }
+  hiradix_tree tree = file_only(longer);
+  REQUIRE(tree.probe(longer).fastest_tokens[2] == 32);
+  (void)tree.match(doc);  // the document is a node of 6 pages, the 2 pages a child
+  node_ref const n = tree.probe(doc).node;
+  auto const pages = tree.path_pages(n, tier::file);
+  REQUIRE(pages.size() == 6);
+  auto const free_before = tree.free_slots(tier::file);
+  // Page 2 of the document is lost: pages 2..5 go, and the child that hangs below them.
+  auto d = tree.discard_from(tier::file, pages[2]);
+  CHECK(d.dropped);
+  CHECK(d.pages[2] == 4 + 2);
+  CHECK(tree.free_slots(tier::file) == free_before + 6);
+  CHECK(tree.probe(longer).tokens == 8);  // the two pages before it stay cached, in the file tier
+  CHECK(tree.probe(longer).fastest_tokens[2] == 8);
+  CHECK(tree.path_pages(tree.probe(doc).node, tier::file) == std::vector<std::int64_t>{pages[0], pages[1]});
+  tree.check_invariants();
+  // A page no node holds any more: nothing changes.
+  auto const again = tree.discard_from(tier::file, pages[3]);
+  CHECK(again.dropped);
+  CHECK(again.pages[2] == 0);
+  CHECK(tree.probe(longer).tokens == 8);
+  // The first page: the whole prefix goes.
+  d = tree.discard_from(tier::file, pages[0]);
+  CHECK(d.pages[2] == 2);
+  CHECK(tree.probe(longer).tokens == 0);
+  CHECK(tree.free_slots(tier::file) == free_before + 8);
+  tree.check_invariants();
+  CHECK_THROWS_AS(tree.discard_from(tier::device, 0), strata::invalid_argument);
+  CHECK_THROWS_AS(tree.discard_from(tier::file, 16), strata::invalid_argument);
+  CHECK_THROWS_AS(tree.discard_from(tier::file, -1), strata::invalid_argument);
+  // A copy with another beside it: only the lost part of that copy goes.
+  hiradix_tree t2{small_config(write_policy::write_through)};
+  (void)t2.insert(seq(0, 12), ids(0, 3));
+  for (auto& o : t2.take_copies()) {
+    (void)t2.complete(o.id);
+  }
+  auto const host = t2.path_pages(t2.probe(seq(0, 12)).node, tier::host);
+  REQUIRE(host.size() == 3);
+  d = t2.discard_from(tier::host, host[1]);
+  CHECK(d.dropped);
+  CHECK(d.pages[1] == 2);
+  CHECK(d.freed_device.empty());
+  CHECK(t2.probe(seq(0, 12)).fastest_tokens[0] == 12);
+  CHECK(t2.probe(seq(0, 12)).tier_tokens[1] == 4);
+  t2.check_invariants();
+}
+
 TEST_CASE("hiradix_tree: the file write policy copies host pages to the file tier", "[cpu][hiradix]")
 {
   for (write_policy p :

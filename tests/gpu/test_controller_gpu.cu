@@ -13,9 +13,11 @@
 
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <random>
 #include <unordered_map>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 using namespace strata;
@@ -418,6 +420,81 @@ TEST_CASE("gpu_executor: a refused submission fails its handle, never throws", "
   load_handle<transfer_handle> lh;
   lh.transfer = h;
   CHECK_FALSE(wait_layer(lh, 0, e.compute.get()));
+}
+
+TEST_CASE("gpu_executor: a corrupt record fails its own page, into the device and into the host",
+          "[gpu][controller][file]")
+{
+  namespace fs = std::filesystem;
+  fs::path const dir = fs::temp_directory_path() / ("strata_gpu_lost_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  {
+    file_store_options o;
+    o.directory = dir.string();
+    file_store disk{geo, 8, o};
+    std::vector<std::int64_t> slots(8);
+    std::iota(slots.begin(), slots.end(), std::int64_t{0});
+    (void)disk.slots().allocate(8);
+    std::vector<std::vector<std::byte>> pages(8, std::vector<std::byte>(std::size_t(geo.page_bytes())));
+    std::vector<std::byte const*> sources;
+    std::vector<std::uint64_t> keys;
+    for (std::size_t i = 0; i < 8; ++i) {
+      for (std::size_t j = 0; j < pages[i].size(); ++j) {
+        pages[i][j] = std::byte((i * 131 + j * 7) & 0xff);
+      }
+      sources.push_back(pages[i].data());
+      keys.push_back(0x1000 + i);
+    }
+    REQUIRE(disk.write(slots, sources, keys));
+    {  // one payload bit of slot 5
+      int const fd = ::open(disk.paths()[0].c_str(), O_RDWR);
+      REQUIRE(fd >= 0);
+      off_t const at = off_t(5 * disk.record_bytes() + 4096 + 17);
+      unsigned char b{};
+      REQUIRE(::pread(fd, &b, 1, at) == 1);
+      b ^= 4;
+      REQUIRE(::pwrite(fd, &b, 1, at) == 1);
+      ::close(fd);
+    }
+    test::device_storage memory(std::size_t(8 * geo.page_bytes()));
+    tier_stack<device_pool<layer_first>, pinned_host_pool, file_store&> tiers{
+        device_pool<layer_first>{layer_first{memory.data(), geo, 8}}, pinned_host_pool{geo, 8}, disk};
+    cuda_stream stream;
+    for (tier const to : {tier::device, tier::host}) {
+      CAPTURE(to_string(to));
+      copy_order read;
+      read.from = tier::file;
+      read.to = to;
+      read.from_pages = slots;
+      read.to_pages = slots;
+      read.keys = keys;
+      std::vector<copy_order> orders{read};
+      gpu_executor x;
+      auto const h = x.submit(tiers, std::span<copy_order const>{orders},
+                              to == tier::device ? copy_kind::load : copy_kind::background, stream.get());
+      REQUIRE(x.status(h) == copy_status::failed);
+      CHECK(x.lost(h) == std::vector<lost_record>{{tier::file, 5}});
+      if (to == tier::host) {  // read in place: the other seven arrived
+        auto const& host = tiers.get<tier::host>();
+        for (std::int64_t i = 0; i < 8; ++i) {
+          if (i == 5) { continue; }
+          CHECK(std::memcmp(host.layout().page_data(i), pages[std::size_t(i)].data(), pages[0].size()) == 0);
+        }
+      }
+    }
+    // A submission that fails for another reason loses no record.
+    copy_order bad;
+    bad.from = tier::host;
+    bad.to = tier::device;
+    bad.from_pages = {0, 1};
+    bad.to_pages = {3, 3};
+    std::vector<copy_order> orders{bad};
+    gpu_executor x;
+    auto const h = x.submit(tiers, std::span<copy_order const>{orders}, copy_kind::load, stream.get());
+    REQUIRE(x.status(h) == copy_status::failed);
+    CHECK(x.lost(h).empty());
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("gpu controller: a stream of another device is refused before anything changes", "[gpu][controller]")

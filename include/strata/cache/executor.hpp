@@ -66,6 +66,24 @@ concept stream_checked_executor = requires(E const& e, typename E::stream_type c
   { e.check_stream(stream) } -> std::same_as<void>;
 };
 
+/// @brief A record page a failed submission did not read back intact: its tier and slot.
+struct lost_record {
+  tier from = tier::file;  ///< the record tier read
+  std::int64_t slot = 0;   ///< the slot whose record did not arrive
+  friend bool operator==(lost_record const&, lost_record const&) = default;
+};
+
+/**
+ * @brief An executor that says which record pages a failed submission lost: `e.lost(h)` lists
+ *        them (empty when nothing was lost reading records: the copy failed for another reason).
+ *        The cache controller then drops those pages (and what hangs below them) from the index
+ *        and keeps the rest; of another executor's failed submission it drops every record page read.
+ */
+template <class E>
+concept loss_reporting_executor = requires(E const& e, typename E::handle_type const& h) {
+  { e.lost(h) } -> std::same_as<std::vector<lost_record>>;
+};
+
 /**
  * @brief Runs copy orders at once on the calling thread with `host_copy` (a CPU engine, tests, the
  *        reference the GPU executor is checked against). Addressable stores are copied between
@@ -77,9 +95,11 @@ class cpu_executor {
  public:
   /// @brief No stream on the CPU.
   struct stream_type {};
-  /// @brief A finished submission: done, or failed (a store without a layout, a rejected plan).
+  /// @brief A finished submission: done, or failed (a store without a layout, a rejected plan,
+  ///        records that did not arrive intact: `lost`).
   struct handle_type {
     bool failed = false;
+    std::vector<lost_record> lost;  ///< record pages a failed read lost
   };
 
   /**
@@ -101,8 +121,7 @@ class cpu_executor {
         } else if constexpr (record_store<S> && detail::holds_records<D>()) {
           // Into page-first memory: the records are read in place.
           auto const legs = detail::record_legs::in_place(pairs, dst.layout(), true);
-          STRATA_EXPECTS(detail::read_records(src, legs, d), "cpu_executor: reading ", pairs.size(),
-                         " records from the ", to_string(S::kind), " tier failed");
+          detail::read_records(src, legs, d, "cpu_executor");
         } else if constexpr (record_store<D> && detail::holds_records<S>()) {
           auto const legs = detail::record_legs::in_place(pairs, src.layout(), false);
           STRATA_EXPECTS(detail::write_records(dst, legs, d), "cpu_executor: writing ", pairs.size(),
@@ -114,8 +133,7 @@ class cpu_executor {
           page_first const records{bounce_.data(), g, n};
           detail::record_legs const legs{pairs, records};
           if constexpr (record_store<S>) {
-            STRATA_EXPECTS(detail::read_records(src, legs, d), "cpu_executor: reading ", n, " records from the ",
-                           to_string(S::kind), " tier failed");
+            detail::read_records(src, legs, d, "cpu_executor");
           } else {
             host_copy{}.copy(
                 copy_plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)});
@@ -132,6 +150,11 @@ class cpu_executor {
                          " tiers (each needs a layout or records)");
         }
       });
+    } catch (detail::records_unread const& e) {
+      h.failed = true;
+      for (auto s : e.slots) {
+        h.lost.push_back({e.from, s});
+      }
     } catch (std::exception const&) {  // a refused plan, a store's I/O error, no memory for the bounce buffer
       h.failed = true;
     }
@@ -141,6 +164,8 @@ class cpu_executor {
   /// @brief `done`, or `failed`.
   [[nodiscard]] copy_status status(handle_type const& h) const noexcept
   { return h.failed ? copy_status::failed : copy_status::done; }
+  /// @brief The record pages a failed submission lost.
+  [[nodiscard]] std::vector<lost_record> lost(handle_type const& h) const { return h.lost; }
   /// @brief Submissions so far.
   [[nodiscard]] std::int64_t submissions() const noexcept { return submissions_; }
 
@@ -148,5 +173,6 @@ class cpu_executor {
   std::int64_t submissions_ = 0;
   std::vector<std::byte> bounce_;  // page-first records to and from record stores
 };
+static_assert(loss_reporting_executor<cpu_executor>);
 
 }  // namespace strata

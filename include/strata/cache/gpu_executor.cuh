@@ -92,8 +92,9 @@ struct gpu_executor_stats {
  *   buffer on the calling thread (under the controller's lock). A load reads them there, then a GPU
  *   copy moves them into the device pool (its handle is the submission's, per layer); a demotion or
  *   backup into records copies the pages into the buffer (from the device: waited for) and writes
- *   them. A failed read or write fails the submission (a load becomes a miss). A submission done
- *   entirely on the calling thread returns an empty handle, which is done.
+ *   them. A failed read or write fails the submission (a load becomes a miss; the records a read
+ *   lost are named by `lost`). A submission done entirely on the calling thread returns an empty
+ *   handle, which is done.
  * - `dma_batch` goes through the executor's `submit_thread` (when configured, for single-direction
  *   submissions): its CPU cost leaves the engine's thread.
  * - Devices: the executor copies on the device current at its first `submit`; a stream of another
@@ -232,6 +233,24 @@ class gpu_executor {
     } catch (...) {
       return copy_status::failed;
     }
+  }
+
+  /// @brief The record pages a failed submission lost (`records_unread` made it fail); empty for
+  ///        any other failure (a CUDA error, a refused plan: the records were not at fault).
+  [[nodiscard]] std::vector<lost_record> lost(handle_type const& h) const
+  {
+    std::vector<lost_record> out;
+    std::exception_ptr const e = h.valid() ? h.error() : nullptr;
+    if (!e) { return out; }
+    try {
+      std::rethrow_exception(e);
+    } catch (detail::records_unread const& r) {
+      for (auto s : r.slots) {
+        out.push_back({r.from, s});
+      }
+    } catch (...) {
+    }
+    return out;
   }
 
   /// @brief Blocks until every transfer issued so far has landed (tests, shutdown).
@@ -457,18 +476,12 @@ class gpu_executor {
     if constexpr (D::kind != tier::device && detail::holds_records<D>()) {
       // Into page-first host memory (a prefetch into the pinned host tier): read in place.
       auto const legs = detail::record_legs::in_place(std::span<page_pair const>{d.pairs}, dst.layout(), true);
-      if (!detail::read_records(src, legs, d)) {
-        throw error(detail::concat("strata: gpu_executor: reading ", n, " records from the ", to_string(S::kind),
-                                   " tier failed (the load is a miss)"));
-      }
+      detail::read_records(src, legs, d, "gpu_executor");  // a records_unread fails the submission
       return {};
     }
     page_first const records = bounce_records(g, n);
     detail::record_legs const legs{d.pairs, records};
-    if (!detail::read_records(src, legs, d)) {
-      throw error(detail::concat("strata: gpu_executor: reading ", n, " records from the ", to_string(S::kind),
-                                 " tier failed (the load is a miss)"));
-    }
+    detail::read_records(src, legs, d, "gpu_executor");
     copy_plan const plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)};
     if constexpr (D::kind == tier::device) {
       state_->cuda->bounce_use = issue(plan, kind, s, false);
@@ -524,5 +537,6 @@ static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, p
 static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, pinned_host_pool, file_store&>>);
 
 static_assert(stream_checked_executor<gpu_executor>);
+static_assert(loss_reporting_executor<gpu_executor>);
 
 }  // namespace strata

@@ -314,6 +314,15 @@ class hiradix_tree {
    */
   [[nodiscard]] discard_result discard(node_ref node, tier t);
 
+  /**
+   * @brief Page `page` of tier `t` (a host or file slot) is lost: as `discard`, from that page on.
+   *        The node holding it is split there; the pages before it keep their copy in `t` (the
+   *        intact prefix stays cached), the page and what follows go as `discard` of the lower
+   *        half. A page no node holds in `t` (already gone) changes nothing (`dropped` true).
+   * @throw strata::invalid_argument for the device tier, or a page out of the tier's range
+   */
+  [[nodiscard]] discard_result discard_from(tier t, std::int64_t page);
+
   // --- locks -----------------------------------------------------------------------------------------
 
   /**

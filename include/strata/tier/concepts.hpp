@@ -79,6 +79,20 @@ concept keyed_record_store =
     };
 
 /**
+ * @brief A keyed record store that says which records of a read arrived:
+ *        `read(slots, records, expected_keys, intact)` (keys may be empty: any key) sets
+ *        `intact[i]` for each record, so that one bad record fails its own page, not the batch.
+ *        Executors report such pages one by one (`loss_reporting_executor`); of a plain store's
+ *        failed read every record is lost.
+ */
+template <class T>
+concept page_status_store =
+    keyed_record_store<T> && requires(T& t, std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+                                      std::span<std::uint64_t const> keys, std::span<bool> intact) {
+      { t.read(slots, records, keys, intact) } -> std::same_as<bool>;
+    };
+
+/**
  * @brief A keyed record store whose records outlive the process: reopened, it lists the intact
  *        records it kept (`recovered()`: each with its `slot`, `key`, `parent_key` and `ids`) with
  *        their slots allocated, and says which key a slot holds now (`key(slot)`). A cache

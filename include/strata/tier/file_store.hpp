@@ -72,10 +72,13 @@ struct file_store_options {
   /// threads. Off by default: its owner thread checksums every record (and copies page-cache
   /// reads), one core for all drives, where the threads spread that work (docs/file_tier.md).
   bool use_io_uring = false;
-  int io_threads = 4;            ///< I/O threads per directory; each moves one run of adjacent records at a time
-  bool reopen = false;           ///< keep existing files and recover their intact records
-  bool verify_on_reopen = true;  ///< on reopen, check every payload's checksum too (else headers only)
-  bool sync_writes = false;      ///< `fdatasync` after every write run (survives power loss, not just crashes)
+  int io_threads = 4;   ///< I/O threads per directory; each moves one run of adjacent records at a time
+  bool reopen = false;  ///< keep existing files and recover their intact records
+  /// On reopen, check every payload's checksum too. Off by default: reopening reads the headers
+  /// only (a 1 TB store restarts in seconds, not minutes), and payloads are checked on every read,
+  /// where a bad one fails its own page (`page_status_store`), as a reopen would have dropped it.
+  bool verify_on_reopen = false;
+  bool sync_writes = false;  ///< `fdatasync` after every write run (survives power loss, not just crashes)
   std::int64_t max_io_bytes = std::int64_t{16} << 20;  ///< largest merged transfer
   /// How long to wait for another store's lock on the files: a killed process's lock outlives it
   /// while the kernel cancels its io_uring requests.
@@ -129,8 +132,11 @@ enum class io_status {
  *
  * What a read returns true for is exactly what the last successful write to those slots stored:
  * every record's header, payload checksum, key and sequence number are checked against the
- * store's index; any mismatch, I/O error or short file fails the batch. A failed write leaves its
- * slots holding no record (reads fail until they are rewritten). Reopening the files
+ * store's index; any mismatch, I/O error or short file fails the batch. Reads report each record
+ * (`read(..., intact)`, `poll` / `wait` with `intact`, a `page_status_store`): a mismatch fails
+ * its record alone and an I/O error the records of its transfer, while the batch's other records
+ * still arrive intact. A failed write leaves all of its slots holding no record (reads fail until
+ * they are rewritten). Reopening the files
  * (`file_store::open`, or `reopen = true`) recovers every intact record into `recovered()` and marks
  * its slot allocated; torn, corrupt, misplaced and foreign records are dropped.
  *
@@ -259,6 +265,20 @@ class file_store {
   { return wait(submit_read(slots, records, expected_keys)); }
 
   /**
+   * @brief As `read` with `expected_keys` (empty: any key), and says which records arrived:
+   *        `intact[i]` is true exactly when record `i` is the one last written to `slots[i]` and
+   *        arrived whole (its bytes may be used even when the batch failed).
+   * @throw strata::invalid_argument as `submit_read`, or when `intact` is not one per slot
+   */
+  [[nodiscard]] bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+                          std::span<std::uint64_t const> expected_keys, std::span<bool> intact)
+  {
+    STRATA_EXPECTS(intact.size() == slots.size(), "file_store: read: ", intact.size(), " statuses for ", slots.size(),
+                   " slots");
+    return wait(submit_read(slots, records, expected_keys), intact);
+  }
+
+  /**
    * @brief Starts writing one record per slot; `sources` must stay valid until the ticket completes.
    *        The slots hold no record until then (a read of them fails).
    * @param keys content keys, one per slot, or empty for key 0
@@ -286,14 +306,24 @@ class file_store {
    *        their records, or none on failure).
    * @throw strata::invalid_argument for an unknown or consumed ticket
    */
-  [[nodiscard]] io_status poll(io_ticket t);
+  [[nodiscard]] io_status poll(io_ticket t) { return poll(t, {}); }
+
+  /**
+   * @brief As `poll`; once the operation is done, `intact` (empty, or one per record of the
+   *        submission) says which records moved intact (a failed write: none).
+   * @throw strata::invalid_argument for an unknown or consumed ticket, or an `intact` of another size
+   */
+  [[nodiscard]] io_status poll(io_ticket t, std::span<bool> intact);
 
   /**
    * @brief Waits for an operation and consumes its ticket.
    * @return whether every record moved intact
    * @throw strata::invalid_argument for an unknown or consumed ticket
    */
-  [[nodiscard]] bool wait(io_ticket t);
+  [[nodiscard]] bool wait(io_ticket t) { return wait(t, {}); }
+
+  /// @brief As `wait`, with what each record did in `intact` (see `poll`).
+  [[nodiscard]] bool wait(io_ticket t, std::span<bool> intact);
 
  private:
   struct slot_state {
@@ -310,6 +340,7 @@ class file_store {
     std::uint64_t sequence = 0;
     std::uint64_t parent_key = 0;  // writes: the page's identity
     std::vector<std::int32_t> ids;
+    bool failed = false;  // this record did not move intact (set by the thread of its run)
   };
   struct batch {
     bool write = false;
@@ -318,8 +349,12 @@ class file_store {
     std::atomic<bool> failed{false};
     std::mutex error_mutex;
     std::string error;
-    void fail(std::string message)
+    /// Items `run` (indices into `items`) failed; the batch with them.
+    void fail(std::string message, std::span<std::size_t const> run)
     {
+      for (auto i : run) {
+        items[i].failed = true;
+      }
       std::lock_guard lock{error_mutex};
       if (!failed.exchange(true)) { error = std::move(message); }
     }
@@ -394,7 +429,8 @@ class file_store {
 
   [[nodiscard]] std::map<std::uint64_t, std::shared_ptr<batch>>::iterator find(io_ticket t);
 
-  bool finish(std::map<std::uint64_t, std::shared_ptr<batch>>::iterator it);
+  /// Consumes a completed ticket; `intact` (empty, or one per record) says which records moved.
+  bool finish(std::map<std::uint64_t, std::shared_ptr<batch>>::iterator it, std::span<bool> intact = {});
 
   /// Rebuilds the index from the files: every slot's header (and payload) is checked in parallel.
   void recover();
@@ -432,6 +468,7 @@ class file_store {
   std::vector<std::unique_ptr<detail::io_thread_pool>> pools_;
 };
 static_assert(restorable_store<file_store>);
+static_assert(page_status_store<file_store>);
 
 }  // namespace strata
 

@@ -140,6 +140,14 @@ class transfer_handle {
   /// @brief Whether enqueueing the transfer failed (on a submit thread); never blocks or throws.
   [[nodiscard]] bool failed() const noexcept { return valid() && state_->failed.load(std::memory_order_acquire); }
 
+  /// @brief What made a `failed()` transfer fail (null when it did not); never blocks or throws.
+  [[nodiscard]] std::exception_ptr error() const noexcept
+  {
+    if (!failed()) { return nullptr; }
+    std::lock_guard lock{state_->m};
+    return state_->error;
+  }
+
   /// @brief The event of the last layer to land (the whole transfer's, for `completion::whole`).
   [[nodiscard]] cudaEvent_t done_event() const
   {

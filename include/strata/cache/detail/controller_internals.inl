@@ -311,18 +311,33 @@ void cache_controller<Policies>::failed_copy(submission const& sub)
     unhold(id, *requests_.at(id));
   }
   // What a record store failed to read back is not trusted again: those copies leave the index
-  // (with the prefixes cached only below them), so the requests recompute rather than retry. (Only
-  // reads from a record store into the device or the host: a failed write below it says nothing of
-  // the source copy.)
+  // (with the prefixes cached only below them), so the requests recompute rather than retry. An
+  // executor that names the lost pages loses those pages and what follows them: the intact
+  // prefix stays cached, as after a restart. Of another executor's failure every record read
+  // goes. (Only reads from a record store: a failed write below it says nothing of the source.)
   std::vector<request_id> unmarked;
-  for (auto const& o : sub.orders) {
-    if (o.from < tier::file || o.to >= tier::file || !tree_.alive(o.node)) { continue; }
-    discard_result const d = tree_.discard(o.node, o.from);
+  auto const dropped = [&](discard_result const& d) {
     release_device(d.freed_device);
     for (auto n : d.pages) {
       stats_.discarded_pages += n;
     }
     unmarked.insert(unmarked.end(), d.unmarked.begin(), d.unmarked.end());
+  };
+  std::array<bool, tier_count> whole{};  // record tiers whose every read of the submission goes
+  if constexpr (loss_reporting_executor<executor_type>) {
+    for (lost_record const& l : executor_.lost(sub.handle)) {
+      if (l.from == tier::file) {
+        dropped(tree_.discard_from(l.from, l.slot));
+      } else {
+        whole[std::size_t(l.from)] = true;  // the remote tier's pages are keys, not slots
+      }
+    }
+  } else {
+    whole[std::size_t(tier::file)] = whole[std::size_t(tier::remote)] = true;
+  }
+  for (auto const& o : sub.orders) {
+    if (o.from < tier::file || o.to >= tier::file || !whole[std::size_t(o.from)] || !tree_.alive(o.node)) { continue; }
+    dropped(tree_.discard(o.node, o.from));
   }
   for (auto id : again) {
     requeue(id);

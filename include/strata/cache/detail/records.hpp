@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include <strata/error.hpp>
 #include <strata/layout/page_first.hpp>
 #include <strata/tier/concepts.hpp>
 #include <strata/transfer/copy_plan.hpp>
@@ -14,7 +15,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -137,16 +140,60 @@ template <class S>
   }
 }
 
+/// @brief A record read that did not bring every page back intact: the slots of tier `from` that
+///        it lost (the others arrived). Executors throw it out of a direction, and report the slots.
+class records_unread : public error {
+ public:
+  records_unread(std::string const& what, tier tier_read, std::vector<std::int64_t> lost)
+      : error(what), from(tier_read), slots(std::move(lost))
+  {
+  }
+  tier from;                        ///< the record tier read
+  std::vector<std::int64_t> slots;  ///< its slots whose records did not arrive intact
+};
+
+/// @brief `read_records`' read: the slots lost go to `lost` (left empty when all arrived).
+template <record_store S>
+void read_records_into(S& store, record_legs const& legs, direction const& d, std::vector<std::int64_t>& lost)
+{
+  if constexpr (page_status_store<S>) {
+    std::unique_ptr<bool[]> intact{new bool[legs.from.size()]};
+    std::span<std::uint64_t const> const keys{d.keys};
+    if (store.read(legs.from, legs.at, keys, std::span<bool>{intact.get(), legs.from.size()})) { return; }
+    for (std::size_t i = 0; i < legs.from.size(); ++i) {
+      if (!intact[i]) { lost.push_back(legs.from[i]); }
+    }
+  } else {
+    bool ok = false;
+    if constexpr (keyed_record_store<S>) {
+      ok = d.keys.empty() ? store.read(legs.from, legs.at)
+                          : store.read(legs.from, legs.at, std::span<std::uint64_t const>{d.keys});
+    } else {
+      ok = store.read(legs.from, legs.at);
+    }
+    if (!ok) { lost = legs.from; }
+  }
+}
+
 /// @brief Reads the records of `legs` from record store `store`, refusing records of other keys
 ///        where the store checks them (`keyed_record_store`) and the orders carry keys.
-/// @return whether all arrived intact
+/// @throw records_unread naming the slots lost: those a `page_status_store` says did not arrive,
+///        every slot of the read for another store, and for a read that throws
 template <record_store S>
-[[nodiscard]] bool read_records(S& store, record_legs const& legs, direction const& d)
+void read_records(S& store, record_legs const& legs, direction const& d, char const* who)
 {
-  if constexpr (keyed_record_store<S>) {
-    if (!d.keys.empty()) { return store.read(legs.from, legs.at, std::span<std::uint64_t const>{d.keys}); }
+  std::vector<std::int64_t> lost;
+  try {
+    read_records_into(store, legs, d, lost);
+  } catch (std::exception const& e) {  // an I/O error as an exception, no memory: nothing is known intact
+    throw records_unread(concat("strata: ", who, ": reading ", legs.from.size(), " records from the ",
+                                to_string(S::kind), " tier failed: ", e.what()),
+                         S::kind, legs.from);
   }
-  return store.read(legs.from, legs.at);
+  if (lost.empty()) { return; }
+  throw records_unread(concat("strata: ", who, ": ", lost.size(), " of ", legs.from.size(), " records read from the ",
+                              to_string(S::kind), " tier did not arrive intact (a miss)"),
+                       S::kind, std::move(lost));
 }
 
 /// @brief Writes the records of `legs` to record store `store`, with each page's identity where the

@@ -270,6 +270,26 @@ inline auto hiradix_tree::discard(node_ref node, tier t) -> discard_result
   return r;
 }
 
+inline auto hiradix_tree::discard_from(tier t, std::int64_t page) -> discard_result
+{
+  auto const u = std::size_t(t);
+  STRATA_EXPECTS(t == tier::host || t == tier::file, "hiradix_tree::discard_from: ", to_string(t),
+                 " pages are not discarded one by one");
+  STRATA_EXPECTS(page >= 0 && std::size_t(page) < owner_[u].size(), "hiradix_tree::discard_from: ", to_string(t),
+                 " page ", page, " out of range [0, ", owner_[u].size(), ")");
+  std::uint32_t const owner = owner_[u][std::size_t(page)];
+  if (owner == 0) {
+    discard_result r;
+    r.dropped = true;
+    return r;
+  }
+  std::uint32_t const x = owner - 1;
+  auto const& pages = nodes_[x].tier_pages[u];
+  auto const k = std::int64_t(std::find(pages.begin(), pages.end(), std::int32_t(page)) - pages.begin());
+  if (k > 0) { (void)split(x, k); }  // `x` keeps the lower half, from `page` on
+  return discard(node_ref{x, nodes_[x].generation}, t);
+}
+
 inline auto hiradix_tree::lock(node_ref node, tier t) -> void
 {
   check(node);

@@ -155,34 +155,35 @@ inline auto file_store::submit_read(std::span<std::int64_t const> slots, std::sp
     it.dst = records[i];
     it.key = s.key;
     it.sequence = s.sequence;
+    std::size_t const one[1] = {i};
     if (!s.valid) {
-      b->fail(detail::concat("file_store: slot ", it.slot, " holds no record"));
+      b->fail(detail::concat("file_store: slot ", it.slot, " holds no record"), one);
     } else if (!expected_keys.empty() && expected_keys[i] != s.key) {
       b->fail(
-          detail::concat("file_store: slot ", it.slot, " holds key ", s.key, ", not the expected ", expected_keys[i]));
+          detail::concat("file_store: slot ", it.slot, " holds key ", s.key, ", not the expected ", expected_keys[i]),
+          one);
     }
   }
-  if (b->failed.load()) {  // no I/O for a batch that cannot succeed
-    auto const id = next_ticket_++;
-    tickets_.emplace(id, std::move(b));
-    return io_ticket{id};
-  }
-  return launch(std::move(b));
+  return launch(std::move(b));  // records known to fail already are not read
 }
 
-inline auto file_store::poll(io_ticket t) -> io_status
+inline auto file_store::poll(io_ticket t, std::span<bool> intact) -> io_status
 {
   auto it = find(t);
+  STRATA_EXPECTS(intact.empty() || intact.size() == it->second->items.size(), "file_store: poll: ", intact.size(),
+                 " statuses for ", it->second->items.size(), " records");
 #ifdef STRATA_FILE_STORE_URING
   if (ring_) { reap(false); }
 #endif
   if (it->second->remaining.load() > 0) { return io_status::pending; }
-  return finish(it) ? io_status::succeeded : io_status::failed;
+  return finish(it, intact) ? io_status::succeeded : io_status::failed;
 }
 
-inline auto file_store::wait(io_ticket t) -> bool
+inline auto file_store::wait(io_ticket t, std::span<bool> intact) -> bool
 {
   auto it = find(t);
+  STRATA_EXPECTS(intact.empty() || intact.size() == it->second->items.size(), "file_store: wait: ", intact.size(),
+                 " statuses for ", it->second->items.size(), " records");
 #ifdef STRATA_FILE_STORE_URING
   while (ring_ && it->second->remaining.load() > 0) {
     reap(true);
@@ -192,7 +193,7 @@ inline auto file_store::wait(io_ticket t) -> bool
     std::unique_lock lock{done_mutex_};
     done_cv_.wait(lock, [&] { return it->second->remaining.load() == 0; });
   }
-  return finish(it);
+  return finish(it, intact);
 }
 
 inline auto file_store::compute_geometry_hash() const noexcept -> std::uint64_t
@@ -329,14 +330,15 @@ inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
   // Everything is allocated before the batch is published (its slots marked busy, its ticket
   // issued): a failed allocation throws with nothing changed. Once published, a run that cannot
   // start fails the batch instead of leaving its slots in flight.
-  auto const n = b->items.size();
-  std::vector<std::pair<std::size_t, std::int64_t>> places(n);  // (file, record in it) of each item
-  for (std::size_t i = 0; i < n; ++i) {
+  std::vector<std::pair<std::size_t, std::int64_t>> places(b->items.size());  // (file, record in it) of each item
+  std::vector<std::size_t> order;  // the items to move (a read's records known to fail are not)
+  order.reserve(b->items.size());
+  for (std::size_t i = 0; i < b->items.size(); ++i) {
     places[i] = place(b->items[i].slot);
+    if (!b->items[i].failed) { order.push_back(i); }
   }
+  auto const n = order.size();
   // Runs of adjacent records in one file, at most runs_max_ records each.
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
   std::sort(order.begin(), order.end(), [&](auto x, auto y) { return places[x] < places[y]; });
   struct run_range {
     std::size_t first, last;   // [first, last) into `order`
@@ -366,8 +368,9 @@ inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
     if (b->write) { s.valid = false; }  // its content is unknown until the write completes
   }
   b->remaining.store(static_cast<int>(runs.size()));
-  auto unstarted = [&](std::exception const& e) {
-    b->fail(detail::concat("file_store: a run could not start: ", e.what()));
+  auto unstarted = [&](run_range const& r, std::exception const& e) {
+    b->fail(detail::concat("file_store: a run could not start: ", e.what()),
+            std::span<std::size_t const>{shared_order->data() + r.first, r.last - r.first});
     std::lock_guard lock{done_mutex_};
     b->remaining.fetch_sub(1);
   };
@@ -377,7 +380,7 @@ inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
       try {
         start_uring_run(b, shared_order, {r.first, r.last});
       } catch (std::exception const& e) {  // no memory for the run's state or its buffers
-        unstarted(e);
+        unstarted(r, e);
       }
     }
     return io_ticket{id};
@@ -391,7 +394,7 @@ inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
         try {
           thread_run(*b, run, buffers + static_cast<std::size_t>(worker));
         } catch (std::exception const& e) {  // allocation failure of a staging buffer
-          b->fail(detail::concat("file_store: ", e.what()));
+          b->fail(detail::concat("file_store: ", e.what()), run);
         }
         {
           std::lock_guard lock{done_mutex_};
@@ -400,7 +403,7 @@ inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
         done_cv_.notify_all();
       });
     } catch (std::exception const& e) {  // the drive's queue could not take the run
-      unstarted(e);
+      unstarted(r, e);
     }
   }
   return io_ticket{id};
@@ -479,9 +482,10 @@ inline auto file_store::verify_read(batch& b, std::span<std::size_t const> run, 
     if (why == nullptr && detail::crc32c(0, payload, static_cast<std::size_t>(page_bytes_)) != h.payload_crc) {
       why = "payload checksum mismatch";
     }
-    if (why != nullptr) {
-      b.fail(detail::concat("file_store: read of slot ", it.slot, " in ", paths_[place(it.slot).first], ": ", why));
-      return;
+    if (why != nullptr) {  // this record only: the run's others are checked on
+      b.fail(detail::concat("file_store: read of slot ", it.slot, " in ", paths_[place(it.slot).first], ": ", why),
+             run.subspan(k, 1));
+      continue;
     }
     if (staged) { std::memcpy(it.dst, payload, static_cast<std::size_t>(page_bytes_)); }
   }
@@ -497,7 +501,7 @@ inline auto file_store::thread_run(batch& b, std::span<std::size_t const> run, s
   int e = detail::transfer_all(options_.io, b.write, fd, iov.data(), static_cast<int>(iov.size()), off);
   if (e == 0 && b.write && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
   if (e != 0) {
-    b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e));
+    b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e), run);
     return;
   }
   if (!b.write) { verify_read(b, run, buf, staged); }
@@ -574,7 +578,7 @@ inline auto file_store::complete_uring_run(std::uint64_t id, std::int32_t result
   }
   if (e == 0 && b.write && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
   if (e != 0) {
-    b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e));
+    b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e), run);
   } else if (!b.write) {
     verify_read(b, run, u->buf, u->staged);
   }
@@ -589,12 +593,15 @@ inline auto file_store::find(io_ticket t) -> std::map<std::uint64_t, std::shared
   return it;
 }
 
-inline auto file_store::finish(std::map<std::uint64_t, std::shared_ptr<batch>>::iterator it) -> bool
+inline auto file_store::finish(std::map<std::uint64_t, std::shared_ptr<batch>>::iterator it, std::span<bool> intact)
+    -> bool
 {
   auto const b = std::move(it->second);
   tickets_.erase(it);
   bool const ok = !b->failed.load();
-  for (auto const& x : b->items) {
+  for (std::size_t i = 0; i < b->items.size(); ++i) {
+    auto const& x = b->items[i];
+    if (!intact.empty()) { intact[i] = b->write ? ok : !x.failed; }
     auto& s = index_[static_cast<std::size_t>(x.slot)];
     s.busy = false;
     if (b->write) {
