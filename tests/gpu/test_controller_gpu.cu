@@ -547,6 +547,9 @@ TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the
     file_store disk{geo, 512, o};
     gpu_executor_config c;
     c.force = b;
+    // Staging of 5 pages: chunks of 2, so that longer loads and backups through it take several
+    // chunks, alternating halves.
+    c.record_staging_bytes = 5 * geo.page_bytes();
     basic_gpu_engine<file_store&> e{300 + std::uint64_t(b), 28, 12, c, disk};
     run_rounds(e, rounds);
     auto const s = e.cache.stats();

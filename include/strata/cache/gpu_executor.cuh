@@ -23,6 +23,7 @@
 
 #include <cuda/stream_ref>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -57,6 +58,10 @@ struct gpu_executor_config {
   gpu_assisted_config copy_kernel = default_backup_config;  ///< copy-kernel quota for backups, demotions
   dma_batch_config dma{};                                   ///< `dma_batch` tuning
   staged_config staged{};                                   ///< `staged` tuning
+  /// Pinned staging for records moving between a record store (a file tier) and the device, in
+  /// bytes: two halves alternate, so that the next chunk of records is read (or written) while the
+  /// previous one crosses PCIe. A chunk holds at least one page (the staging grows to two pages).
+  std::int64_t record_staging_bytes = std::int64_t{64} << 20;
   /// Stream the loads are issued on (e.g. an `sm_partition::copy_stream()`); none: the executor's
   /// own, at the highest stream priority.
   std::optional<cuda::stream_ref> load_stream{};
@@ -88,13 +93,14 @@ struct gpu_executor_stats {
  *   one's handle covers all. A submission refused before anything moved (a plan `validate` or a
  *   backend rejects) returns a failed handle; a CUDA error while enqueueing also fails it, after the
  *   stream has drained (nothing of it still writes).
- * - Record stores (a `file_store` below the host tier): records move through one pinned bounce
- *   buffer on the calling thread (under the controller's lock). A load reads them there, then a GPU
- *   copy moves them into the device pool (its handle is the submission's, per layer); a demotion or
- *   backup into records copies the pages into the buffer (from the device: waited for) and writes
- *   them. A failed read or write fails the submission (a load becomes a miss; the records a read
- *   lost are named by `lost`). A submission done entirely on the calling thread returns an empty
- *   handle, which is done.
+ * - Record stores (a `file_store` below the host tier): records are read and written on the
+ *   calling thread (under the controller's lock), in place in page-first host memory, and to or
+ *   from the device through a bounded pinned staging buffer (`record_staging_bytes`, two halves)
+ *   chunk by chunk: the next chunk is read while the last one crosses PCIe (a load's handle is its
+ *   last chunk's, per layer), and a backup writes one chunk while the next is copied out. Records a
+ *   read lost fail the submission (a load becomes a miss) and are named by `lost`; a failed write
+ *   fails it too. A submission done entirely on the calling thread returns an empty handle, which
+ *   is done.
  * - `dma_batch` goes through the executor's `submit_thread` (when configured, for single-direction
  *   submissions): its CPU cost leaves the engine's thread.
  * - Devices: the executor copies on the device current at its first `submit`; a stream of another
@@ -122,6 +128,8 @@ class gpu_executor {
     STRATA_EXPECTS(state_->config.dma_descriptor_us > 0 && state_->config.cpu_weight >= 0,
                    "gpu_executor: dma_descriptor_us must be positive and cpu_weight not negative (got ",
                    state_->config.dma_descriptor_us, ", ", state_->config.cpu_weight, ")");
+    STRATA_EXPECTS(state_->config.record_staging_bytes > 0, "gpu_executor: record_staging_bytes must be positive (got ",
+                   state_->config.record_staging_bytes, ")");
   }
   gpu_executor(gpu_executor&&) noexcept = default;
   gpu_executor& operator=(gpu_executor&&) noexcept = default;
@@ -333,9 +341,9 @@ class gpu_executor {
     backend_set copy;
     dma_batch direct;                     // dma_batch on the calling thread (no submit thread, or several directions)
     std::optional<submit_thread> thread;  // destroyed first: it finishes enqueueing into `load`/`copy`
-    std::array<transfer_handle, 2> threaded;  // the submit thread's last transfer of each kind
-    pinned_buffer bounce;                     // page-first records to and from record stores (files)
-    transfer_handle bounce_use;               // the last transfer reading the bounce buffer
+    std::array<transfer_handle, 2> threaded;     // the submit thread's last transfer of each kind
+    pinned_buffer staging;                       // page-first records to and from record stores (files), two halves
+    std::array<transfer_handle, 2> staging_use;  // the last transfer reading or writing each half
   };
 
   struct state {
@@ -449,78 +457,106 @@ class gpu_executor {
     return h;
   }
 
-  /// Page-first records in the bounce buffer for `n` pages, once the last transfer reading or
-  /// writing them has landed (`bounce_use`). The buffer grows to the largest transfer seen.
-  page_first bounce_records(kv_geometry const& g, std::int64_t n)
+  /// Pages a staging half holds: `record_staging_bytes / 2`, at least one page.
+  [[nodiscard]] std::int64_t chunk_pages(kv_geometry const& g) const
+  { return std::max<std::int64_t>(1, state_->config.record_staging_bytes / 2 / g.page_bytes()); }
+
+  /// Staging half `half` as page-first records of `chunk_pages` pages, once the last transfer
+  /// using it has landed (a failed one has nothing in flight). Allocated at first use.
+  page_first staging_half(kv_geometry const& g, std::size_t half)
   {
     cuda_parts& cp = *state_->cuda;
-    if (cp.bounce_use.valid() && !cp.bounce_use.failed()) { cp.bounce_use.synchronize(); }
-    cp.bounce_use = {};
-    auto const bytes = std::size_t(n * g.page_bytes());
-    if (cp.bounce.size() < bytes) {
-      cp.bounce = pinned_buffer{};  // the old one goes first: pinned memory is scarce
-      cp.bounce = pinned_buffer{bytes};
+    auto const wait = [](transfer_handle& u) {
+      if (u.valid() && !u.failed()) { u.synchronize(); }
+      u = {};
+    };
+    wait(cp.staging_use[half]);
+    std::int64_t const per = chunk_pages(g);
+    auto const bytes = std::size_t(2 * per * g.page_bytes());
+    if (cp.staging.size() < bytes) {
+      wait(cp.staging_use[half ^ 1]);  // the buffer is replaced: the other half's user goes first
+      cp.staging = pinned_buffer{};    // the old one goes first: pinned memory is scarce
+      cp.staging = pinned_buffer{bytes};
     }
-    return page_first{cp.bounce.data(), g, n};
+    return page_first{cp.staging.data() + half * std::size_t(per * g.page_bytes()), g, per};
   }
 
-  /// A record store (a file tier) into an addressable one: the records are read into the pinned
-  /// bounce buffer on this thread (a failed read throws: the submission fails, the load is a miss),
-  /// then copied into the device pool like any host load (per layer); into page-first host memory
-  /// they are read in place.
+  /// A record store (a file tier) into an addressable one. Into page-first host memory (a prefetch
+  /// into the pinned host tier) the records are read in place. Into the device they move chunk by
+  /// chunk through the two staging halves: a chunk is read on this thread while the one before
+  /// crosses PCIe (`issue`, per layer; the last chunk's handle, on the same stream, covers all). A
+  /// read that loses records throws `records_unread` (the submission fails; the chunks already
+  /// issued are waited for by `submit`).
   template <class S, class D>
   transfer_handle from_records(S& src, D& dst, detail::direction const& d, copy_kind kind, cudaStream_t s)
   {
     kv_geometry const g = src.geometry();
-    std::int64_t const n = std::int64_t(d.pairs.size());
     if constexpr (D::kind != tier::device && detail::holds_records<D>()) {
-      // Into page-first host memory (a prefetch into the pinned host tier): read in place.
       auto const legs = detail::record_legs::in_place(std::span<page_pair const>{d.pairs}, dst.layout(), true);
-      detail::read_records(src, legs, d, "gpu_executor");  // a records_unread fails the submission
+      detail::read_records(src, legs, d, "gpu_executor");
       return {};
     }
-    page_first const records = bounce_records(g, n);
-    detail::record_legs const legs{d.pairs, records};
-    detail::read_records(src, legs, d, "gpu_executor");
-    copy_plan const plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)};
-    if constexpr (D::kind == tier::device) {
-      state_->cuda->bounce_use = issue(plan, kind, s, false);
-      return state_->cuda->bounce_use;
-    } else {
-      host_copy{}.copy(plan);  // host memory: the CPU copies, nothing in flight
-      return {};
+    auto const per = std::size_t(chunk_pages(g));
+    transfer_handle last;
+    for (std::size_t at = 0, half = 0; at < d.pairs.size(); at += per, half ^= 1) {
+      detail::direction const part = detail::slice(d, at, std::min(per, d.pairs.size() - at));
+      page_first const records = staging_half(g, half);
+      detail::record_legs const legs{part.pairs, records};
+      detail::read_records(src, legs, part, "gpu_executor");
+      copy_plan const plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)};
+      if constexpr (D::kind == tier::device) {
+        last = issue(plan, kind, s, false);
+        state_->cuda->staging_use[half] = last;
+      } else {
+        host_copy{}.copy(plan);  // host memory: the CPU copies, nothing in flight
+      }
     }
+    return last;
   }
 
-  /// An addressable store into a record store: pages into the bounce buffer (from the device: a
-  /// copy waited for here), then written as records on this thread (a failed write throws); from
-  /// page-first host memory they are written in place.
+  /// An addressable store into a record store. From page-first host memory (host -> file backups
+  /// and demotions) the records are written in place. Otherwise chunk by chunk through the staging
+  /// halves: the next chunk is copied out of the device while this one is written on this thread
+  /// (a failed write throws; what was copied is waited for by `submit`).
   template <class S, class D>
   void to_records(S& src, D& dst, detail::direction const& d, cudaStream_t s)
   {
     kv_geometry const g = src.geometry();
-    std::int64_t const n = std::int64_t(d.pairs.size());
-    if constexpr (S::kind != tier::device && detail::holds_records<S>()) {
-      // From page-first host memory (host -> file backups and demotions): written in place.
-      auto const legs = detail::record_legs::in_place(std::span<page_pair const>{d.pairs}, src.layout(), false);
-      if (!detail::write_records(dst, legs, d)) {
-        throw error(detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind),
-                                   " tier failed"));
-      }
-      return;
-    }
-    page_first const records = bounce_records(g, n);
-    detail::record_legs const legs{d.pairs, records};
-    copy_plan const plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)};
-    if constexpr (S::kind == tier::device) {
-      transfer_handle const h = issue(plan, copy_kind::background, s, false);
-      h.synchronize();  // rethrows what failed
-    } else {
-      host_copy{}.copy(plan);
-    }
-    if (!detail::write_records(dst, legs, d)) {
+    auto const fail = [&](std::size_t n) {
       throw error(
           detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind), " tier failed"));
+    };
+    if constexpr (S::kind != tier::device && detail::holds_records<S>()) {
+      auto const legs = detail::record_legs::in_place(std::span<page_pair const>{d.pairs}, src.layout(), false);
+      if (!detail::write_records(dst, legs, d)) { fail(d.pairs.size()); }
+      return;
+    }
+    struct chunk {
+      detail::direction part;
+      detail::record_legs legs;
+    };
+    auto const per = std::size_t(chunk_pages(g));
+    auto const copy_out = [&](std::size_t at, std::size_t half) {  // pairs from `at` into staging half `half`
+      detail::direction part = detail::slice(d, at, std::min(per, d.pairs.size() - at));
+      page_first const records = staging_half(g, half);
+      detail::record_legs legs{part.pairs, records};
+      copy_plan const plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)};
+      if constexpr (S::kind == tier::device) {
+        state_->cuda->staging_use[half] = issue(plan, copy_kind::background, s, false);
+      } else {
+        host_copy{}.copy(plan);
+      }
+      return chunk{std::move(part), std::move(legs)};
+    };
+    std::optional<chunk> current{copy_out(0, 0)};
+    for (std::size_t at = 0, half = 0; at < d.pairs.size(); at += per, half ^= 1) {
+      transfer_handle& h = state_->cuda->staging_use[half];
+      if (h.valid()) { h.synchronize(); }  // rethrows what failed
+      h = {};
+      std::optional<chunk> next;
+      if (at + per < d.pairs.size()) { next.emplace(copy_out(at + per, half ^ 1)); }
+      if (!detail::write_records(dst, current->legs, current->part)) { fail(current->part.pairs.size()); }
+      current = std::move(next);
     }
   }
 

@@ -36,6 +36,22 @@ struct direction {
   std::int64_t ids_per_page = 0;
 };
 
+/// @brief Pairs `[at, at + m)` of `d`, with what a record store keeps of them.
+inline direction slice(direction const& d, std::size_t at, std::size_t m)
+{
+  direction out;
+  auto const cut = [&](auto const& v, std::size_t per) {
+    using V = std::remove_cvref_t<decltype(v)>;
+    return v.empty() ? V{} : V(v.begin() + std::ptrdiff_t(at * per), v.begin() + std::ptrdiff_t((at + m) * per));
+  };
+  out.pairs = cut(d.pairs, 1);
+  out.keys = cut(d.keys, 1);
+  out.parent_keys = cut(d.parent_keys, 1);
+  out.ids = cut(d.ids, std::size_t(d.ids_per_page));
+  out.ids_per_page = d.ids_per_page;
+  return out;
+}
+
 /// @brief The pages of `orders` that move from tier `from` to tier `to`.
 inline direction direction_between(std::span<copy_order const> orders, tier from, tier to)
 {
