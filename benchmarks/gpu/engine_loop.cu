@@ -10,8 +10,8 @@
 // multi-turn conversations; the device pool holds about two documents, so prefixes are evicted to
 // the pinned host tier and loaded back (write-through backups). Below the host tier, an NVMe file
 // tier (checksummed records in $STRATA_FILE_DIR, default the temporary folder), its rates in the
-// cost model measured there first (`measure_drives`; STRATA_FILE_CALIBRATE=0: the H200 disk's
-// figures; STRATA_RECORD_STAGING_MIB: the executor's record staging). A helper thread polls.
+// cost model measured there first (`measure_store`: what the store reads there; STRATA_FILE_CALIBRATE=0: the H200
+// disk's figures; STRATA_RECORD_STAGING_MIB: the executor's record staging). A helper thread polls.
 //
 // Then, in the same run (median of 5):
 //   (a) load bandwidth through the controller (a host-cached document's pages into the device pool,
@@ -380,12 +380,12 @@ int main(int argc, char** argv)
   // of it would cost against recomputing (the simulator's grid asks whether keeping it pays).
   controller_options options;
   options.records_by_cost = false;
-  // The cost model's file tier is the directory's own measured rate (`measure_drives`, what the
-  // store's threads read there), so that the plan's read-or-recompute choice fits the directory;
-  // STRATA_FILE_CALIBRATE=0 keeps the H200 disk's figures.
+  // The cost model's file tier is the directory's own measured rate (`measure_store`: what a store
+  // with these options reads there, records checksummed into memory as large as the batch), so that the plan's
+  // read-or-recompute choice fits the directory; STRATA_FILE_CALIBRATE=0 keeps the H200 disk's figures.
   char const* calibrate = std::getenv("STRATA_FILE_CALIBRATE");
   if (calibrate == nullptr || std::string(calibrate) != "0") {
-    auto const rates = measure_drives(fo);
+    auto const rates = measure_store(geo, fo);
     options.costs = h200::costs_for(geo);
     options.costs.set_file_tier(rates.read_bytes_per_s, rates.write_bytes_per_s);
     std::printf("file tier calibrated on %s: read %.2f GB/s, write %.2f GB/s\n", dir.string().c_str(),

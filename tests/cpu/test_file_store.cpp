@@ -702,6 +702,50 @@ TEST_CASE("measure_drives: each drive's rates while all move, their aggregate, n
                         (void)strata::measure_drives(unwritable, 4096));
 }
 
+TEST_CASE("measure_store: what a scratch store of the options moves, its own files untouched, nothing left behind",
+          "[cpu][file][drives]")
+{
+  temp_dir d0, d1;
+  file_store_options o;
+  o.directories = {d0.path.string(), d1.path.string()};
+  {  // the real store's files in the same directories stay as they are
+    file_store real{small, 4, o};
+    auto const slots = all_slots(real);
+    records r{4, small.page_bytes()};
+    for (std::size_t i = 0; i < 4; ++i) {
+      fill(r.ptr[i], small.page_bytes(), 77 + i);
+    }
+    REQUIRE(real.write(slots, std::vector<std::byte const*>(r.ptr.begin(), r.ptr.end()), {}));
+  }
+  auto listing = [&] {
+    std::set<std::string> names;
+    for (auto const& d : o.directories) {
+      for (auto const& e : fs::directory_iterator(d)) {
+        names.insert(e.path().string());
+      }
+    }
+    return names;
+  };
+  auto const before = listing();
+  for (bool direct : {false, true}) {
+    o.use_direct_io = direct;
+    auto const r = strata::measure_store(small, o, 40 * small.page_bytes() + 5);
+    CHECK(r.records == 40);
+    CHECK(std::isfinite(r.read_bytes_per_s));
+    CHECK(r.read_bytes_per_s > 0);
+    CHECK(r.write_bytes_per_s > 0);
+    CHECK(listing() == before);  // the scratch stores are gone
+  }
+  CHECK(strata::measure_store(small, o, 1).records == 2);  // at least one record per drive
+  o.reopen = true;
+  auto s = file_store::open(small, 4, o);
+  CHECK(s.recovered().size() == 4);
+  auto bad = o;
+  bad.directory = d0.path.string();
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "measure_store: give one of directory",
+                        (void)strata::measure_store(small, bad));
+}
+
 TEST_CASE("file_store rejects bad input before any I/O and misses cleanly", "[cpu][file]")
 {
   temp_dir d;

@@ -2,14 +2,17 @@
 /**
  * @file tier/drive_rates.hpp
  * @brief Calibrates the file tier: the plain sequential write and read rate of each directory
- *        (drive) of a `file_store_options`, measured on all drives at once, and their aggregate,
- *        which is what the cost model charges (`cost_model::set_file_tier`).
+ *        (drive) of a `file_store_options`, measured on all drives at once, and their aggregate
+ *        (`measure_drives`); and what a scratch `file_store` of those options itself moves, records
+ *        checksummed into memory as large as the batch (`measure_store`): what the cost model
+ *        charges (`cost_model::set_file_tier`).
  *
  * Host-only (Linux/POSIX).
  */
 #pragma once
 
 #include <strata/error.hpp>
+#include <strata/geometry.hpp>
 #include <strata/tier/detail/file_store/posix.hpp>
 #include <strata/tier/file_store.hpp>
 
@@ -23,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,6 +176,92 @@ struct drive_rates {
   for (std::size_t d = 0; d < dirs.size(); ++d) {
     r.drives[d].read_bytes_per_s = double(bytes_per_drive) / drives[d].seconds;
   }
+  return r;
+}
+
+/// @brief What a `file_store` moved in `measure_store`: payload bytes per second.
+struct store_rates {
+  double read_bytes_per_s = 0;   ///< one batch of every record read back, checksums checked
+  double write_bytes_per_s = 0;  ///< one batch of every record written (durable with `sync_writes`)
+  std::int64_t records = 0;      ///< records in the batch
+};
+
+/**
+ * @brief Measures the store itself: a scratch `file_store` with `options`' settings (I/O threads,
+ *        io_uring, `O_DIRECT`, files, `sync_writes`, `max_io_bytes`) over a scratch subdirectory
+ *        of each of its directories writes `bytes` of `geometry`'s records (at least one per drive)
+ *        from host memory as large as the batch, then reads them all back in one batch (the page
+ *        cache dropped first where it is used); the scratch subdirectories are removed on every
+ *        exit path. Unlike `measure_drives` (plain transfers into buffers that stay in the CPU's
+ *        caches), this includes what a read of a document costs: headers, checksums, memory that
+ *        is not cached. On the H200 machine's RAM-backed directory the two differ by ~3×
+ *        (docs/benchmarks.md), which is why the engine loop calibrates with this one.
+ * @param geometry the records' shape (the store's)
+ * @param options the store's options (its own files are not touched: `directory` or `directories`
+ *        only name where the scratch stores go)
+ * @param bytes payload bytes to move each way (at least one record per drive)
+ * @throw strata::invalid_argument for bad options or geometry, as `file_store`
+ * @throw strata::file_store_error when the scratch store cannot be created, written or read
+ */
+[[nodiscard]] inline store_rates measure_store(kv_geometry const& geometry, file_store_options const& options,
+                                               std::int64_t bytes = std::int64_t{512} << 20)
+{
+  std::vector<std::string> const dirs = drive_directories(options, "measure_store");
+  STRATA_EXPECTS(geometry.page_bytes() > 0, "measure_store: invalid geometry");
+  auto const drives = std::int64_t(dirs.size());
+  std::int64_t const n = std::max(drives, bytes / geometry.page_bytes());
+  struct scratch {  // removed on every exit path
+    std::vector<std::filesystem::path> paths;
+    ~scratch()
+    {
+      for (auto const& p : paths) {
+        std::error_code ec;
+        std::filesystem::remove_all(p, ec);
+      }
+    }
+  } made;
+  file_store_options o = options;
+  o.directory.clear();
+  o.directories.clear();
+  o.reopen = false;
+  o.tag = "strata measure_store";
+  for (auto const& d : dirs) {
+    made.paths.push_back(std::filesystem::path{d} / detail::concat("strata-calibrate.", ::getpid(), ".store"));
+    o.directories.push_back(made.paths.back().string());
+  }
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
+  std::iota(slots.begin(), slots.end(), std::int64_t{0});
+  auto const page = static_cast<std::size_t>(geometry.page_bytes());
+  detail::aligned_buffer memory;
+  memory.ensure(page * static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < page * static_cast<std::size_t>(n); i += 8) {  // not zeros: nothing compresses them
+    std::uint64_t const v = (i + 1) * 0x9e3779b97f4a7c15ULL;
+    std::memcpy(memory.data() + i, &v, std::min<std::size_t>(8, page * static_cast<std::size_t>(n) - i));
+  }
+  std::vector<std::byte*> records;
+  for (std::int64_t i = 0; i < n; ++i) {
+    records.push_back(memory.data() + static_cast<std::size_t>(i) * page);
+  }
+  std::vector<std::byte const*> const sources(records.begin(), records.end());
+  file_store s{geometry, n, o};
+  (void)s.slots().allocate(n);
+  store_rates r;
+  r.records = n;
+  double const total = double(page) * double(n);
+  auto t0 = std::chrono::steady_clock::now();
+  STRATA_EXPECTS_AS(file_store_error, s.write(slots, sources),
+                    "measure_store: writing the scratch records failed: ", s.last_error());
+  r.write_bytes_per_s = total / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!s.direct_io()) {
+    for (auto const& p : s.paths()) {  // buffered: read the drive, not the page cache
+      detail::unique_fd const fd{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+      if (fd.get() >= 0) { (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED); }
+    }
+  }
+  t0 = std::chrono::steady_clock::now();
+  STRATA_EXPECTS_AS(file_store_error, s.read(slots, records),
+                    "measure_store: reading the scratch records failed: ", s.last_error());
+  r.read_bytes_per_s = total / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
