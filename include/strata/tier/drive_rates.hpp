@@ -33,6 +33,17 @@
 
 namespace strata {
 
+namespace detail {
+/// Fills `n` bytes with a pattern no drive can compress away (not zeros).
+inline void fill_calibration_bytes(std::byte* p, std::size_t n) noexcept
+{
+  for (std::size_t i = 0; i < n; i += 8) {
+    std::uint64_t const v = (i + 1) * 0x9e3779b97f4a7c15ULL;
+    std::memcpy(p + i, &v, std::min<std::size_t>(8, n - i));
+  }
+}
+}  // namespace detail
+
 /// @brief One drive's measured rates.
 struct drive_rate {
   std::string directory;         ///< the drive's directory
@@ -98,10 +109,7 @@ struct drive_rates {
     x.buffers.resize(static_cast<std::size_t>(options.io_threads));
     for (auto& b : x.buffers) {
       b.ensure(chunk);
-      for (std::size_t i = 0; i < chunk; i += 8) {  // not zeros: no drive may compress them away
-        std::uint64_t const v = (i + 1) * 0x9e3779b97f4a7c15ULL;
-        std::memcpy(b.data() + i, &v, 8);
-      }
+      detail::fill_calibration_bytes(b.data(), chunk);
     }
   }
   // Each drive moves its bytes on `io_threads` threads (as the store's queue does), thread t taking
@@ -234,10 +242,7 @@ struct store_rates {
   auto const page = static_cast<std::size_t>(geometry.page_bytes());
   detail::aligned_buffer memory;
   memory.ensure(page * static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < page * static_cast<std::size_t>(n); i += 8) {  // not zeros: nothing compresses them
-    std::uint64_t const v = (i + 1) * 0x9e3779b97f4a7c15ULL;
-    std::memcpy(memory.data() + i, &v, std::min<std::size_t>(8, page * static_cast<std::size_t>(n) - i));
-  }
+  detail::fill_calibration_bytes(memory.data(), page * static_cast<std::size_t>(n));
   std::vector<std::byte*> records;
   for (std::int64_t i = 0; i < n; ++i) {
     records.push_back(memory.data() + static_cast<std::size_t>(i) * page);
