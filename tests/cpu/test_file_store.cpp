@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -790,6 +791,55 @@ TEST_CASE("file_store rejects bad input before any I/O and misses cleanly", "[cp
   CHECK(s.read(one, std::span{r.ptr.data() + 1, 1}));
 }
 
+TEST_CASE("file_store on io_uring: a transfer that never completes is cancelled, and the I/O threads take over",
+          "[cpu][file]")
+{
+  // Reads on the ring go to a pipe nobody writes to: the transfer never completes. The wait is
+  // bounded: past io_timeout_ms the store cancels it, the batch fails as a miss, and the store
+  // moves every later transfer to its I/O threads, which read the real file.
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  temp_dir d;
+  auto o = options_for(d, false);
+  o.use_io_uring = true;
+  o.io_timeout_ms = 300;
+  o.io.context = pipe_fds;
+  o.io.uring_target = [](void* c, bool write, int fd) { return write ? fd : static_cast<int*>(c)[0]; };
+  {
+    std::int64_t const n = 6;
+    file_store s{small, n, o};
+    if (!s.uses_io_uring()) {
+      WARN("io_uring is refused here: the bounded wait is not exercised");
+    } else {
+      auto const slots = all_slots(s);
+      records src{n, small.page_bytes()}, dst{n, small.page_bytes()};
+      std::vector<std::uint64_t> keys;
+      for (std::int64_t i = 0; i < n; ++i) {
+        keys.push_back(std::uint64_t(700 + i));
+        fill(src.ptr[static_cast<std::size_t>(i)], small.page_bytes(), keys.back());
+      }
+      std::vector<std::byte const*> sources(src.ptr.begin(), src.ptr.end());
+      REQUIRE(s.write(slots, sources, keys));
+      auto const t0 = std::chrono::steady_clock::now();
+      CHECK_FALSE(s.read(slots, dst.ptr, keys));  // the pipe never answers
+      auto const waited = std::chrono::steady_clock::now() - t0;
+      CHECK(waited >= std::chrono::milliseconds(o.io_timeout_ms));
+      CHECK(waited < std::chrono::seconds(10));
+      CHECK_FALSE(s.uses_io_uring());
+      INFO(s.last_error());
+      CHECK(s.last_error().find("read") != std::string::npos);
+      // The threads read the file: every record intact, and writes work too.
+      REQUIRE(s.read(slots, dst.ptr, keys));
+      for (std::int64_t i = 0; i < n; ++i) {
+        CHECK(matches(dst.ptr[static_cast<std::size_t>(i)], small.page_bytes(), keys[static_cast<std::size_t>(i)]));
+      }
+      CHECK(s.write(slots, sources, keys));
+    }
+  }
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+}
+
 TEST_CASE("file_store: asynchronous reads and writes", "[cpu][file]")
 {
   temp_dir d;
@@ -819,10 +869,90 @@ TEST_CASE("file_store: asynchronous reads and writes", "[cpu][file]")
   CHECK(s.wait(t2));
   STRATA_REQUIRE_THROWS(strata::invalid_argument, "unknown or consumed ticket", (void)s.poll(t1));
   auto const r = s.submit_read(slots, dst.ptr, keys);
+  // Reads of the same records may overlap (a load reading what a prefetch reads); a write may not.
+  records again{n, medium.page_bytes()};
+  auto const r2 = s.submit_read(slots, again.ptr, keys);
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "has a read in flight",
+                        (void)s.submit_write(std::span{slots}.first(1), std::span{sources}.first(1), {}));
+  CHECK(s.wait(r2));
   CHECK(s.wait(r));
   for (std::int64_t i = 0; i < n; ++i) {
     CHECK(matches(dst.ptr[static_cast<std::size_t>(i)], medium.page_bytes(), keys[static_cast<std::size_t>(i)]));
+    CHECK(matches(again.ptr[static_cast<std::size_t>(i)], medium.page_bytes(), keys[static_cast<std::size_t>(i)]));
   }
+  // Once both reads are consumed, the records can be rewritten.
+  CHECK(s.write(std::span{slots}.first(1), std::span{sources}.first(1), std::span{keys}.first(1)));
+}
+
+TEST_CASE("file_store: reads queue before writes, and poll and wait come from any thread", "[cpu][file]")
+{
+  // One I/O thread, one record per run: a write batch of 8 runs holds the thread at its first run
+  // (a gate in pwritev); a read started after it must run next, not after the other 7 runs.
+  struct gate {
+    std::mutex m;
+    std::condition_variable cv;
+    bool open = true;
+    std::vector<char> calls;  // 'w' or 'r', in the order the thread made them
+  } g;
+  temp_dir d;
+  auto o = options_for(d, false);
+  o.io_threads = 1;
+  o.max_io_bytes = 1;  // every record is its own run
+  o.io.context = &g;
+  o.io.pwritev = [](void* c, int fd, iovec const* iov, int n, off_t at) -> ssize_t {
+    auto& x = *static_cast<gate*>(c);
+    std::unique_lock lock{x.m};
+    x.calls.push_back('w');
+    x.cv.wait(lock, [&] { return x.open; });
+    lock.unlock();
+    return ::pwritev(fd, iov, n, at);
+  };
+  o.io.preadv = [](void* c, int fd, iovec const* iov, int n, off_t at) -> ssize_t {
+    auto& x = *static_cast<gate*>(c);
+    {
+      std::lock_guard lock{x.m};
+      x.calls.push_back('r');
+    }
+    return ::preadv(fd, iov, n, at);
+  };
+  std::int64_t const n = 10;
+  file_store s{medium, n, o};
+  auto const slots = all_slots(s);
+  records src{n, medium.page_bytes()}, dst{n, medium.page_bytes()};
+  std::vector<std::byte const*> sources(src.ptr.begin(), src.ptr.end());
+  for (std::int64_t i = 0; i < n; ++i) {
+    fill(src.ptr[static_cast<std::size_t>(i)], medium.page_bytes(), std::uint64_t(i) + 7);
+  }
+  // Slots 8 and 9 hold records before the gate closes writes.
+  REQUIRE(s.write(std::span{slots}.subspan(8), std::span{sources}.subspan(8)));
+  {
+    std::lock_guard lock{g.m};
+    g.open = false;
+    g.calls.clear();
+  }
+  auto const w = s.submit_write(std::span{slots}.first(8), std::span{sources}.first(8), {});
+  for (;;) {  // the thread is inside the first run's write
+    std::lock_guard lock{g.m};
+    if (!g.calls.empty()) { break; }
+  }
+  auto const r = s.submit_read(std::span{slots}.subspan(8), std::span{dst.ptr}.subspan(8), {});
+  CHECK(s.poll(r) == strata::io_status::pending);  // the only thread is held by the write
+  {
+    std::lock_guard lock{g.m};
+    g.open = true;
+  }
+  g.cv.notify_all();
+  // Another thread waits for the read while this one waits for the write.
+  bool read_ok = false;
+  std::thread other{[&] { read_ok = s.wait(r); }};
+  CHECK(s.wait(w));
+  other.join();
+  CHECK(read_ok);
+  for (std::int64_t i = 8; i < n; ++i) {
+    CHECK(matches(dst.ptr[static_cast<std::size_t>(i)], medium.page_bytes(), std::uint64_t(i) + 7));
+  }
+  std::string const order(g.calls.begin(), g.calls.end());
+  CHECK(order == "wrrwwwwwww");  // both read runs right after the run in progress
 }
 
 TEST_CASE("file_store under injected I/O faults never serves wrong bytes and recovers when they stop",

@@ -50,7 +50,9 @@ concept addressable_store = page_store<T> && requires(T const& t) { t.layout(); 
  * @brief A page store reached through host memory: `write(slots, records)` stores one page-first
  *        record per slot from host memory, `read(slots, records)` fetches them; both return whether
  *        every record moved intact (a failed read is a miss, never wrong bytes). Files and remote
- *        stores are record stores; a load from one goes through the host tier.
+ *        stores are record stores; a load from one goes through the host tier, or through an
+ *        executor's staging. Executors call `read` and `write` from their own record threads, beside
+ *        the prefix index allocating `slots()` on its thread: a record store is thread-safe.
  */
 template <class T>
 concept record_store =
@@ -90,6 +92,37 @@ concept page_status_store =
     keyed_record_store<T> && requires(T& t, std::span<std::int64_t const> slots, std::span<std::byte* const> records,
                                       std::span<std::uint64_t const> keys, std::span<bool> intact) {
       { t.read(slots, records, keys, intact) } -> std::same_as<bool>;
+    };
+
+/// @brief An asynchronous read or write in flight (`async_record_store`: `submit_read` / `submit_write`).
+struct io_ticket {
+  std::uint64_t id{};  ///< 0 is never issued
+};
+
+/// @brief State of an asynchronous operation.
+enum class io_status {
+  pending,    ///< still moving
+  succeeded,  ///< every record moved intact
+  failed      ///< at least one record did not (the store says why, e.g. `file_store::last_error()`)
+};
+
+/**
+ * @brief A page-status store whose transfers run on its own I/O queues: `submit_read(slots,
+ *        records, expected_keys)` and `submit_write(slots, sources, keys, parent_keys, ids)` start
+ *        them and return at once (buffers stay valid until the ticket completes), `poll(ticket,
+ *        intact)` never blocks, `wait(ticket, intact)` does; a completed ticket is consumed.
+ *        Executors start such a store's record I/O in `submit` and finish it when polled, so that
+ *        no caller waits for a disk; every call may come from any thread.
+ */
+template <class T>
+concept async_record_store =
+    page_status_store<T> && requires(T& t, std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+                                     std::span<std::byte const* const> sources, std::span<std::uint64_t const> keys,
+                                     std::span<std::int32_t const> ids, io_ticket ticket, std::span<bool> intact) {
+      { t.submit_read(slots, records, keys) } -> std::same_as<io_ticket>;
+      { t.submit_write(slots, sources, keys, keys, ids) } -> std::same_as<io_ticket>;
+      { t.poll(ticket, intact) } -> std::same_as<io_status>;
+      { t.wait(ticket, intact) } -> std::same_as<bool>;
     };
 
 /**

@@ -10,11 +10,11 @@
  */
 #pragma once
 
+#include <strata/detail/thread_pool.hpp>
 #include <strata/error.hpp>
 #include <strata/geometry.hpp>
 #include <strata/tier/concepts.hpp>
 #include <strata/tier/detail/file_store/format.hpp>
-#include <strata/tier/detail/file_store/io_thread_pool.hpp>
 #include <strata/tier/detail/file_store/io_uring_ring.hpp>
 #include <strata/tier/detail/file_store/posix.hpp>
 #include <strata/tier/io_backend.hpp>
@@ -72,7 +72,15 @@ struct file_store_options {
   /// threads. Off by default: its owner thread checksums every record (and copies page-cache
   /// reads), one core for all drives, where the threads spread that work (docs/file_tier.md).
   bool use_io_uring = false;
-  int io_threads = 4;   ///< I/O threads per directory; each moves one run of adjacent records at a time
+  int io_threads = 4;  ///< I/O threads per directory; each moves one run of adjacent records at a time
+  /// io_uring: how long one transfer may take. Past it the transfer is cancelled, its batch fails,
+  /// and the store moves every later transfer to the I/O threads; one the kernel does not let go
+  /// of within as long again is abandoned (its batch fails; its buffers are never reused).
+  int io_timeout_ms = 30000;
+  /// io_uring: bytes of read transfers in flight. Reads land in the store's own staging (then
+  /// checked and copied out), never straight in the caller's memory, so that an abandoned transfer
+  /// cannot write there later; this bounds that staging.
+  std::int64_t uring_staging_bytes = std::int64_t{64} << 20;
   bool reopen = false;  ///< keep existing files and recover their intact records
   /// On reopen, check every payload's checksum too. Off by default: reopening reads the headers
   /// only (a 1 TB store restarts in seconds, not minutes), and payloads are checked on every read,
@@ -106,18 +114,6 @@ struct recovered_record {
   friend bool operator==(recovered_record const&, recovered_record const&) = default;
 };
 
-/// @brief An asynchronous read or write in flight (`file_store::submit_read` / `submit_write`).
-struct io_ticket {
-  std::uint64_t id{};  ///< 0 is never issued
-};
-
-/// @brief State of an asynchronous operation.
-enum class io_status {
-  pending,    ///< still moving
-  succeeded,  ///< every record moved intact
-  failed      ///< at least one record did not (see `file_store::last_error()`)
-};
-
 /**
  * @brief The file tier: `capacity()` page records on local disk, a `record_store`.
  *
@@ -140,8 +136,13 @@ enum class io_status {
  * (`file_store::open`, or `reopen = true`) recovers every intact record into `recovered()` and marks
  * its slot allocated; torn, corrupt, misplaced and foreign records are dropped.
  *
- * Thread safety: one owner calls the store (as for `slot_allocator`); the I/O threads are internal.
- * Files are locked (`flock`) against a second store on the same files.
+ * Thread safety: every operation (`read`, `write`, `submit_read`, `submit_write`, `poll`, `wait`,
+ * `key`, `last_error`) may be called from any thread, beside the prefix index allocating and
+ * releasing `slots()` on its own (one internal lock guards the index of records and the tickets;
+ * the transfers and checksums run outside it, on the I/O threads): the executors read and write
+ * from their record threads. Reads queue before writes on every drive: a backup in flight delays
+ * a load by at most the runs already moving. Files are locked (`flock`) against a second store on
+ * the same files.
  */
 class file_store {
  public:
@@ -217,7 +218,11 @@ class file_store {
   /// @brief Records dropped when the store was reopened (corrupt, torn, foreign or unreadable).
   [[nodiscard]] std::int64_t dropped() const noexcept { return dropped_; }
   /// @brief What went wrong in the last failed operation ("" when none failed yet).
-  [[nodiscard]] std::string const& last_error() const noexcept { return last_error_; }
+  [[nodiscard]] std::string last_error() const
+  {
+    std::lock_guard lock{state_mutex_};
+    return last_error_;
+  }
 
   /// @brief The key of the record slot `slot` holds, or nothing (never written, or its write failed).
   [[nodiscard]] std::optional<std::uint64_t> key(std::int64_t slot) const;
@@ -286,7 +291,8 @@ class file_store {
    * @param ids the pages' ids, the same number per slot (at most `max_record_ids`), or empty: kept in
    *        the records (copied now) so that a restart can rebuild the prefix index (`recovered()`)
    * @throw strata::invalid_argument for a size mismatch, a null source, a slot out of range, not
-   *        allocated, listed twice or with an operation in flight; nothing is written then
+   *        allocated, listed twice or with an operation in flight (a read or a write; reads of one
+   *        record may overlap each other, not a write); nothing is written then
    */
   [[nodiscard]] io_ticket submit_write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
                                        std::span<std::uint64_t const> keys,
@@ -330,7 +336,8 @@ class file_store {
     std::uint64_t key = 0;
     std::uint64_t sequence = 0;
     bool valid = false;
-    bool busy = false;  // a write or read in flight
+    std::int32_t readers = 0;  // reads in flight (several may read a record at once)
+    bool writing = false;      // a write in flight (alone)
   };
   struct item {
     std::int64_t slot = 0;
@@ -349,14 +356,23 @@ class file_store {
     std::atomic<bool> failed{false};
     std::mutex error_mutex;
     std::string error;
-    /// Items `run` (indices into `items`) failed; the batch with them.
-    void fail(std::string message, std::span<std::size_t const> run)
+    /// Items `run` (indices into `items`) failed; the batch with them. `message()` says why (the
+    /// first failure's is kept). Never throws: without memory for the message, a fixed one.
+    template <class Message>
+    void fail(std::span<std::size_t const> run, Message&& message) noexcept
     {
       for (auto i : run) {
         items[i].failed = true;
       }
       std::lock_guard lock{error_mutex};
-      if (!failed.exchange(true)) { error = std::move(message); }
+      if (failed.exchange(true)) { return; }
+      try {
+        error = message();
+      } catch (...) {
+        error.clear();  // (a short string fits without allocating)
+        error.shrink_to_fit();
+        error = "file_store: no memory";
+      }
     }
   };
   struct worker_buffers {
@@ -367,7 +383,9 @@ class file_store {
   /// `pages`, checked before anything is allocated for them.
   static std::int64_t checked_pages(kv_geometry const& geometry, std::int64_t pages);
 
-  void validate(std::span<std::int64_t const> slots, std::size_t buffers, std::size_t keys, char const* what) const;
+  /// Refuses a batch that another operation on its slots forbids: a write in flight, or for a
+  /// write any operation in flight (reads of one record may overlap).
+  void validate(std::span<std::int64_t const> slots, std::size_t buffers, std::size_t keys, bool write) const;
 
   void open_files();
   /// The store's descriptor on each drive (strata-kv.rank<R>.meta): the configuration its records
@@ -397,7 +415,9 @@ class file_store {
 
   /// Builds a run's vectors in `buf` (for a write, its headers and checksums too); returns whether
   /// the run is staged (one aligned buffer instead of the caller's records).
-  bool prepare_run(batch& b, std::span<std::size_t const> run, worker_buffers& buf, std::vector<iovec>& iov) const;
+  /// `stage`: a read lands in `buf`'s staging whatever its alignment.
+  bool prepare_run(batch& b, std::span<std::size_t const> run, worker_buffers& buf, std::vector<iovec>& iov,
+                   bool stage = false) const;
 
   /// Checks every record of a run that was read into `buf` and the caller's records.
   void verify_read(batch& b, std::span<std::size_t const> run, worker_buffers const& buf, bool staged) const;
@@ -414,15 +434,23 @@ class file_store {
     std::vector<iovec> iov;
     bool staged = false;
     std::size_t bytes = 0;
+    std::size_t staging = 0;  // bytes of `uring_staged_` it holds (a read's)
+    std::chrono::steady_clock::time_point started;
+    std::optional<std::chrono::steady_clock::time_point> cancelled;  // when its cancellation was asked
     [[nodiscard]] std::span<std::size_t const> run() const noexcept { return {order->data() + first, last - first}; }
   };
 
   /// Prepares a run on the calling thread and submits it; its checksums overlap the runs in flight.
-  void start_uring_run(std::shared_ptr<batch> const& b, std::shared_ptr<std::vector<std::size_t> const> const& order,
+  /// False when the ring gave up meanwhile (the run goes to the I/O threads).
+  bool start_uring_run(std::shared_ptr<batch> const& b, std::shared_ptr<std::vector<std::size_t> const> const& order,
                        std::pair<std::size_t, std::size_t> r);
 
-  /// Completes the runs whose transfers finished; with `block`, waits for at least one.
+  /// Completes the runs whose transfers finished; with `block`, waits for at least one, at most
+  /// until a run is overdue (`io_timeout_ms`), which it cancels, or abandons once cancelled that long.
   void reap(bool block);
+
+  /// Cancels the runs past `io_timeout_ms`, abandons those cancelled that long ago.
+  void expire_uring_runs(std::chrono::steady_clock::time_point now);
 
   void complete_uring_run(std::uint64_t id, std::int32_t result);
 #endif
@@ -455,6 +483,7 @@ class file_store {
   std::uint64_t next_ticket_ = 1;
   std::map<std::uint64_t, std::shared_ptr<batch>> tickets_;
   std::string last_error_;
+  mutable std::mutex state_mutex_;  // guards index_, tickets_, next_*, last_error_ and the ring
   std::mutex done_mutex_;
   std::condition_variable done_cv_;
   std::vector<worker_buffers> worker_buffers_;
@@ -462,13 +491,17 @@ class file_store {
   std::unique_ptr<detail::io_uring_ring> ring_;  // used by the owner thread only
   std::map<std::uint64_t, std::unique_ptr<uring_run>> uring_runs_;
   std::uint64_t next_run_ = 1;
+  static constexpr std::uint64_t cancel_tag = std::uint64_t{1} << 63;  // marks a cancellation's completion
+  std::size_t uring_staged_ = 0;                                       // read staging of the runs in flight
+  bool ring_gave_up_ = false;                          // a transfer timed out: every later one goes to the I/O threads
+  std::vector<std::unique_ptr<uring_run>> abandoned_;  // the kernel may still use their buffers
 #endif
   // Last: their threads stop before anything they use goes. One per drive; thread w of drive d
   // uses worker_buffers_[d * io_threads + w].
-  std::vector<std::unique_ptr<detail::io_thread_pool>> pools_;
+  std::vector<std::unique_ptr<detail::thread_pool>> pools_;
 };
 static_assert(restorable_store<file_store>);
-static_assert(page_status_store<file_store>);
+static_assert(async_record_store<file_store>);
 
 }  // namespace strata
 

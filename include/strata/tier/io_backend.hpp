@@ -42,6 +42,12 @@ struct io_backend {
    *        faults here — and its `preadv`/`pwritev` finish short completions.
    */
   std::int32_t (*filter_completion)(void* context, bool write, std::int32_t result){};
+  /**
+   * @brief Optional: the descriptor an io_uring transfer of file `fd` goes to instead (tests: a
+   *        pipe that never answers, to see the store's bounded waits). With it set, a custom back
+   *        end still uses io_uring.
+   */
+  int (*uring_target)(void* context, bool write, int fd){};
 };
 
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -20,7 +21,8 @@ namespace strata {
  * @brief Hands out slot ids `[0, capacity)` of a page store.
  *
  * A fresh allocator hands out ascending ids, so that pages allocated together are adjacent and
- * their copies merge. Not thread-safe: one owner (the tier) serialises calls.
+ * their copies merge. Thread-safe: one internal lock, so a store may check its slots
+ * (`is_allocated`) on its own threads while the prefix index allocates and releases others.
  */
 class slot_allocator {
  public:
@@ -37,15 +39,53 @@ class slot_allocator {
     }
   }
 
+  /// @brief Moves the slots' state (the lock is not moved: each allocator has its own).
+  slot_allocator(slot_allocator&& other) noexcept
+  {
+    std::lock_guard lock{other.m_};
+    allocated_ = std::move(other.allocated_);
+    free_ = std::move(other.free_);
+    claimed_ = other.claimed_;
+  }
+  /// @brief As the move constructor.
+  slot_allocator& operator=(slot_allocator&& other) noexcept
+  {
+    if (this != &other) {
+      std::scoped_lock lock{m_, other.m_};
+      allocated_ = std::move(other.allocated_);
+      free_ = std::move(other.free_);
+      claimed_ = other.claimed_;
+    }
+    return *this;
+  }
+  slot_allocator(slot_allocator const&) = delete;
+  slot_allocator& operator=(slot_allocator const&) = delete;
+  ~slot_allocator() = default;
+
   /// @brief Slots in the store.
-  [[nodiscard]] std::int64_t capacity() const noexcept { return static_cast<std::int64_t>(allocated_.size()); }
+  [[nodiscard]] std::int64_t capacity() const noexcept
+  {
+    std::lock_guard lock{m_};
+    return capacity_unlocked();
+  }
   /// @brief Slots free now.
-  [[nodiscard]] std::int64_t available() const noexcept { return static_cast<std::int64_t>(free_.size()) - claimed_; }
+  [[nodiscard]] std::int64_t available() const noexcept
+  {
+    std::lock_guard lock{m_};
+    return available_unlocked();
+  }
   /// @brief Slots allocated now.
-  [[nodiscard]] std::int64_t used() const noexcept { return capacity() - available(); }
+  [[nodiscard]] std::int64_t used() const noexcept
+  {
+    std::lock_guard lock{m_};
+    return capacity_unlocked() - available_unlocked();
+  }
   /// @brief Whether `slot` is in range and allocated.
   [[nodiscard]] bool is_allocated(std::int64_t slot) const noexcept
-  { return slot >= 0 && slot < capacity() && allocated_[static_cast<std::size_t>(slot)]; }
+  {
+    std::lock_guard lock{m_};
+    return slot >= 0 && slot < capacity_unlocked() && allocated_[static_cast<std::size_t>(slot)];
+  }
 
   /**
    * @brief Allocates `n` slots.
@@ -55,8 +95,9 @@ class slot_allocator {
   [[nodiscard]] std::vector<std::int64_t> allocate(std::int64_t n)
   {
     STRATA_EXPECTS(n > 0, "slot_allocator: slots asked must be positive, got ", n);
-    STRATA_EXPECTS_AS(out_of_memory, n <= available(), "slot_allocator: asked for ", n, " slots, ", available(), " of ",
-                      capacity(), " available");
+    std::lock_guard lock{m_};
+    STRATA_EXPECTS_AS(out_of_memory, n <= available_unlocked(), "slot_allocator: asked for ", n, " slots, ",
+                      available_unlocked(), " of ", capacity_unlocked(), " available");
     std::vector<std::int64_t> out;
     out.reserve(static_cast<std::size_t>(n));
     while (std::int64_t(out.size()) < n) {
@@ -80,14 +121,15 @@ class slot_allocator {
    */
   void claim(std::span<std::int64_t const> slots)
   {
+    std::lock_guard lock{m_};
     for (std::size_t i = 0; i < slots.size(); ++i) {
       auto const s = slots[i];
-      bool const in_range = s >= 0 && s < capacity();
+      bool const in_range = s >= 0 && s < capacity_unlocked();
       if (!in_range || allocated_[static_cast<std::size_t>(s)]) {
         for (std::size_t j = 0; j < i; ++j) {
           allocated_[static_cast<std::size_t>(slots[j])] = false;
         }  // undo
-        STRATA_EXPECTS(in_range, "slot_allocator: slot ", s, " out of range [0, ", capacity(), ")");
+        STRATA_EXPECTS(in_range, "slot_allocator: slot ", s, " out of range [0, ", capacity_unlocked(), ")");
         STRATA_EXPECTS(false, "slot_allocator: slot ", s, " is allocated (or listed twice)");
       }
       allocated_[static_cast<std::size_t>(s)] = true;
@@ -103,14 +145,15 @@ class slot_allocator {
    */
   void release(std::span<std::int64_t const> slots)
   {
+    std::lock_guard lock{m_};
     for (std::size_t i = 0; i < slots.size(); ++i) {
       auto const s = slots[i];
-      bool const in_range = s >= 0 && s < capacity();
+      bool const in_range = s >= 0 && s < capacity_unlocked();
       if (!in_range || !allocated_[static_cast<std::size_t>(s)]) {
         for (std::size_t j = 0; j < i; ++j) {
           allocated_[static_cast<std::size_t>(slots[j])] = true;
         }  // undo
-        STRATA_EXPECTS(in_range, "slot_allocator: slot ", s, " out of range [0, ", capacity(), ")");
+        STRATA_EXPECTS(in_range, "slot_allocator: slot ", s, " out of range [0, ", capacity_unlocked(), ")");
         STRATA_EXPECTS(false, "slot_allocator: slot ", s, " is not allocated (released twice, or listed twice)");
       }
       allocated_[static_cast<std::size_t>(s)] = false;  // so that a repeat later in `slots` is caught
@@ -121,6 +164,11 @@ class slot_allocator {
   }
 
  private:
+  [[nodiscard]] std::int64_t capacity_unlocked() const noexcept { return static_cast<std::int64_t>(allocated_.size()); }
+  [[nodiscard]] std::int64_t available_unlocked() const noexcept
+  { return static_cast<std::int64_t>(free_.size()) - claimed_; }
+
+  mutable std::mutex m_;
   std::vector<bool> allocated_;
   std::vector<std::int64_t> free_;  // a stack: back() is handed out next (unless claimed since)
   std::int64_t claimed_ = 0;        // entries of `free_` whose slot `claim` took

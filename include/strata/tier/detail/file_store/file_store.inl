@@ -33,6 +33,9 @@ inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, f
   STRATA_EXPECTS(options_.io_threads > 0 && options_.io_threads <= 256,
                  "file_store: io_threads must be in [1, 256], got ", options_.io_threads);
   STRATA_EXPECTS(options_.max_io_bytes > 0, "file_store: max_io_bytes must be positive, got ", options_.max_io_bytes);
+  STRATA_EXPECTS(options_.io_timeout_ms > 0 && options_.uring_staging_bytes > 0,
+                 "file_store: io_timeout_ms and uring_staging_bytes must be positive, got ", options_.io_timeout_ms,
+                 " and ", options_.uring_staging_bytes);
   STRATA_EXPECTS(options_.io.preadv && options_.io.pwritev && options_.io.allocate && options_.io.sync,
                  "file_store: io_backend has a null function");
   page_bytes_ = geometry_.page_bytes();
@@ -49,7 +52,7 @@ inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, f
   open_files();
   worker_buffers_.resize(static_cast<std::size_t>(drives_ * options_.io_threads));
   for (std::int64_t d = 0; d < drives_; ++d) {
-    pools_.push_back(std::make_unique<detail::io_thread_pool>(options_.io_threads));
+    pools_.push_back(std::make_unique<detail::thread_pool>(options_.io_threads));
   }
   if (options_.reopen) { recover(); }
   write_descriptor();
@@ -57,7 +60,8 @@ inline file_store::file_store(kv_geometry const& geometry, std::int64_t pages, f
   io_backend const posix{};
   bool const default_io = options_.io.context == nullptr && options_.io.preadv == posix.preadv &&
                           options_.io.pwritev == posix.pwritev && options_.io.sync == posix.sync;
-  if (options_.use_io_uring && (default_io || options_.io.filter_completion != nullptr)) {
+  if (options_.use_io_uring &&
+      (default_io || options_.io.filter_completion != nullptr || options_.io.uring_target != nullptr)) {
     ring_ = detail::io_uring_ring::create(256);
   }
 #endif
@@ -83,12 +87,15 @@ inline auto file_store::open(kv_geometry const& geometry, std::int64_t pages, fi
 inline file_store::~file_store()
 {
 #ifdef STRATA_FILE_STORE_URING
-  while (ring_ && ring_->in_flight() > 0) {  // the kernel must not write into freed buffers
+  while (ring_ && !uring_runs_.empty()) {  // the kernel must not write into freed buffers
     try {
-      reap(true);
+      reap(true);  // bounded: a run that never completes is abandoned
     } catch (...) {
       std::this_thread::yield();
     }
+  }
+  for (auto& u : abandoned_) {
+    (void)u.release();  // the kernel may still use their buffers: never freed
   }
 #endif
   pools_.clear();
@@ -97,7 +104,8 @@ inline file_store::~file_store()
 inline auto file_store::uses_io_uring() const noexcept -> bool
 {
 #ifdef STRATA_FILE_STORE_URING
-  return ring_ != nullptr;
+  std::lock_guard lock{state_mutex_};
+  return ring_ != nullptr && !ring_gave_up_;
 #else
   return false;
 #endif
@@ -106,6 +114,7 @@ inline auto file_store::uses_io_uring() const noexcept -> bool
 inline auto file_store::key(std::int64_t slot) const -> std::optional<std::uint64_t>
 {
   STRATA_EXPECTS(slot >= 0 && slot < capacity(), "file_store: slot ", slot, " out of range [0, ", capacity(), ")");
+  std::lock_guard lock{state_mutex_};
   auto const& s = index_[static_cast<std::size_t>(slot)];
   return s.valid ? std::optional{s.key} : std::nullopt;
 }
@@ -114,7 +123,8 @@ inline auto file_store::submit_write(std::span<std::int64_t const> slots, std::s
                                      std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys,
                                      std::span<std::int32_t const> ids) -> io_ticket
 {
-  validate(slots, sources.size(), keys.size(), "write");
+  std::lock_guard lock{state_mutex_};
+  validate(slots, sources.size(), keys.size(), true);
   for (auto const* p : sources) {
     STRATA_EXPECTS(p != nullptr, "file_store: write: null source");
   }
@@ -142,7 +152,8 @@ inline auto file_store::submit_write(std::span<std::int64_t const> slots, std::s
 inline auto file_store::submit_read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
                                     std::span<std::uint64_t const> expected_keys) -> io_ticket
 {
-  validate(slots, records.size(), expected_keys.size(), "read");
+  std::lock_guard lock{state_mutex_};
+  validate(slots, records.size(), expected_keys.size(), false);
   for (auto* p : records) {
     STRATA_EXPECTS(p != nullptr, "file_store: read: null destination");
   }
@@ -157,11 +168,12 @@ inline auto file_store::submit_read(std::span<std::int64_t const> slots, std::sp
     it.sequence = s.sequence;
     std::size_t const one[1] = {i};
     if (!s.valid) {
-      b->fail(detail::concat("file_store: slot ", it.slot, " holds no record"), one);
+      b->fail(one, [&] { return detail::concat("file_store: slot ", it.slot, " holds no record"); });
     } else if (!expected_keys.empty() && expected_keys[i] != s.key) {
-      b->fail(
-          detail::concat("file_store: slot ", it.slot, " holds key ", s.key, ", not the expected ", expected_keys[i]),
-          one);
+      b->fail(one, [&] {
+        return detail::concat("file_store: slot ", it.slot, " holds key ", s.key, ", not the expected ",
+                              expected_keys[i]);
+      });
     }
   }
   return launch(std::move(b));  // records known to fail already are not read
@@ -169,6 +181,7 @@ inline auto file_store::submit_read(std::span<std::int64_t const> slots, std::sp
 
 inline auto file_store::poll(io_ticket t, std::span<bool> intact) -> io_status
 {
+  std::lock_guard lock{state_mutex_};
   auto it = find(t);
   STRATA_EXPECTS(intact.empty() || intact.size() == it->second->items.size(), "file_store: poll: ", intact.size(),
                  " statuses for ", it->second->items.size(), " records");
@@ -181,19 +194,23 @@ inline auto file_store::poll(io_ticket t, std::span<bool> intact) -> io_status
 
 inline auto file_store::wait(io_ticket t, std::span<bool> intact) -> bool
 {
+  std::unique_lock state{state_mutex_};
   auto it = find(t);
   STRATA_EXPECTS(intact.empty() || intact.size() == it->second->items.size(), "file_store: wait: ", intact.size(),
                  " statuses for ", it->second->items.size(), " records");
+  std::shared_ptr<batch> const b = it->second;
 #ifdef STRATA_FILE_STORE_URING
-  while (ring_ && it->second->remaining.load() > 0) {
-    reap(true);
+  while (ring_ && b->remaining.load() > 0 && !uring_runs_.empty()) {
+    reap(true);  // the ring is the store's: other callers wait meanwhile (bounded by io_timeout_ms)
   }
 #endif
+  state.unlock();  // the I/O threads finish the batch; other threads may poll and submit meanwhile
   {
     std::unique_lock lock{done_mutex_};
-    done_cv_.wait(lock, [&] { return it->second->remaining.load() == 0; });
+    done_cv_.wait(lock, [&] { return b->remaining.load() == 0; });
   }
-  return finish(it, intact);
+  state.lock();
+  return finish(find(t), intact);  // map iterators stay valid, but the ticket is looked up again
 }
 
 inline auto file_store::compute_geometry_hash() const noexcept -> std::uint64_t
@@ -209,8 +226,9 @@ inline auto file_store::compute_geometry_hash() const noexcept -> std::uint64_t
 }
 
 inline auto file_store::validate(std::span<std::int64_t const> slots, std::size_t buffers, std::size_t keys,
-                                 char const* what) const -> void
+                                 bool write) const -> void
 {
+  char const* const what = write ? "write" : "read";
   STRATA_EXPECTS(buffers == slots.size(), "file_store: ", what, ": ", slots.size(), " slots but ", buffers, " buffers");
   STRATA_EXPECTS(keys == 0 || keys == slots.size(), "file_store: ", what, ": ", slots.size(), " slots but ", keys,
                  " keys");
@@ -221,8 +239,9 @@ inline auto file_store::validate(std::span<std::int64_t const> slots, std::size_
     STRATA_EXPECTS(s >= 0 && s < capacity(), "file_store: ", what, ": slot ", s, " out of range [0, ", capacity(), ")");
     STRATA_EXPECTS(slots_.is_allocated(s), "file_store: ", what, ": slot ", s, " is not allocated");
     STRATA_EXPECTS(i == 0 || sorted[i - 1] != s, "file_store: ", what, ": slot ", s, " is listed twice");
-    STRATA_EXPECTS(!index_[static_cast<std::size_t>(s)].busy, "file_store: ", what, ": slot ", s,
-                   " has an operation in flight");
+    auto const& x = index_[static_cast<std::size_t>(s)];
+    STRATA_EXPECTS(!x.writing && (!write || x.readers == 0), "file_store: ", what, ": slot ", s,
+                   x.writing ? " has a write in flight" : " has a read in flight");
   }
 }
 
@@ -327,7 +346,7 @@ inline auto file_store::fill_header(std::byte* block, item const& it, std::uint3
 
 inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
 {
-  // Everything is allocated before the batch is published (its slots marked busy, its ticket
+  // Everything is allocated before the batch is published (its slots marked in flight, its ticket
   // issued): a failed allocation throws with nothing changed. Once published, a run that cannot
   // start fails the batch instead of leaving its slots in flight.
   std::vector<std::pair<std::size_t, std::int64_t>> places(b->items.size());  // (file, record in it) of each item
@@ -364,37 +383,40 @@ inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
   ++next_ticket_;
   for (auto const& it : b->items) {
     auto& s = index_[static_cast<std::size_t>(it.slot)];
-    s.busy = true;
-    if (b->write) { s.valid = false; }  // its content is unknown until the write completes
+    if (b->write) {
+      s.writing = true;
+      s.valid = false;  // its content is unknown until the write completes
+    } else {
+      ++s.readers;
+    }
   }
   b->remaining.store(static_cast<int>(runs.size()));
   auto unstarted = [&](run_range const& r, std::exception const& e) {
-    b->fail(detail::concat("file_store: a run could not start: ", e.what()),
-            std::span<std::size_t const>{shared_order->data() + r.first, r.last - r.first});
+    b->fail(std::span<std::size_t const>{shared_order->data() + r.first, r.last - r.first},
+            [&] { return detail::concat("file_store: a run could not start: ", e.what()); });
     std::lock_guard lock{done_mutex_};
     b->remaining.fetch_sub(1);
   };
+  for (auto const& r : runs) {
 #ifdef STRATA_FILE_STORE_URING
-  if (ring_) {
-    for (auto const& r : runs) {
+    if (ring_ && !ring_gave_up_) {
       try {
-        start_uring_run(b, shared_order, {r.first, r.last});
+        if (start_uring_run(b, shared_order, {r.first, r.last})) { continue; }  // else: the I/O threads
       } catch (std::exception const& e) {  // no memory for the run's state or its buffers
         unstarted(r, e);
+        continue;
       }
     }
-    return io_ticket{id};
-  }
 #endif
-  for (auto const& r : runs) {
     auto const buffers = static_cast<std::size_t>(r.drive * options_.io_threads);
     try {
-      pools_[static_cast<std::size_t>(r.drive)]->post([this, b, shared_order, r, buffers](int worker) {
+      auto& pool = *pools_[static_cast<std::size_t>(r.drive)];
+      pool.post(!b->write, [this, b, shared_order, r, buffers](int worker) {
         std::span<std::size_t const> const run{shared_order->data() + r.first, r.last - r.first};
         try {
           thread_run(*b, run, buffers + static_cast<std::size_t>(worker));
         } catch (std::exception const& e) {  // allocation failure of a staging buffer
-          b->fail(detail::concat("file_store: ", e.what()), run);
+          b->fail(run, [&] { return detail::concat("file_store: ", e.what()); });
         }
         {
           std::lock_guard lock{done_mutex_};
@@ -427,16 +449,16 @@ inline auto file_store::io_failure(char const* what, std::int64_t first_slot, st
 }
 
 inline auto file_store::prepare_run(batch& b, std::span<std::size_t const> run, worker_buffers& buf,
-                                    std::vector<iovec>& iov) const -> bool
+                                    std::vector<iovec>& iov, bool stage) const -> bool
 {
   auto const n = run.size();
   auto const pad = static_cast<std::size_t>(record_bytes_ - detail::file_header_bytes - page_bytes_);
   auto const rb = static_cast<std::size_t>(record_bytes_);
   auto const hb = static_cast<std::size_t>(detail::file_header_bytes);
   auto const pb = static_cast<std::size_t>(page_bytes_);
-  bool const staged = std::any_of(run.begin(), run.end(), [&](auto i) {
-    return !aligned_for_direct(b.write ? static_cast<void const*>(b.items[i].src) : b.items[i].dst);
-  });
+  bool const staged = (stage && !b.write) || std::any_of(run.begin(), run.end(), [&](auto i) {
+                        return !aligned_for_direct(b.write ? static_cast<void const*>(b.items[i].src) : b.items[i].dst);
+                      });
   iov.clear();
   if (staged) {
     buf.staging.ensure(n * rb);
@@ -483,8 +505,9 @@ inline auto file_store::verify_read(batch& b, std::span<std::size_t const> run, 
       why = "payload checksum mismatch";
     }
     if (why != nullptr) {  // this record only: the run's others are checked on
-      b.fail(detail::concat("file_store: read of slot ", it.slot, " in ", paths_[place(it.slot).first], ": ", why),
-             run.subspan(k, 1));
+      b.fail(run.subspan(k, 1), [&] {
+        return detail::concat("file_store: read of slot ", it.slot, " in ", paths_[place(it.slot).first], ": ", why);
+      });
       continue;
     }
     if (staged) { std::memcpy(it.dst, payload, static_cast<std::size_t>(page_bytes_)); }
@@ -501,7 +524,7 @@ inline auto file_store::thread_run(batch& b, std::span<std::size_t const> run, s
   int e = detail::transfer_all(options_.io, b.write, fd, iov.data(), static_cast<int>(iov.size()), off);
   if (e == 0 && b.write && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
   if (e != 0) {
-    b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e), run);
+    b.fail(run, [&] { return io_failure(b.write ? "write" : "read", first, run.size(), e); });
     return;
   }
   if (!b.write) { verify_read(b, run, buf, staged); }
@@ -510,25 +533,35 @@ inline auto file_store::thread_run(batch& b, std::span<std::size_t const> run, s
 #ifdef STRATA_FILE_STORE_URING
 inline auto file_store::start_uring_run(std::shared_ptr<batch> const& b,
                                         std::shared_ptr<std::vector<std::size_t> const> const& order,
-                                        std::pair<std::size_t, std::size_t> r) -> void
+                                        std::pair<std::size_t, std::size_t> r) -> bool
 {
   auto u = std::make_unique<uring_run>();
   u->b = b;
   u->order = order;
   u->first = r.first;
   u->last = r.second;
-  u->staged = prepare_run(*b, u->run(), u->buf, u->iov);  // may throw: the batch fails (launch)
+  // A read lands in the run's own staging: never straight in the caller's memory (see io_timeout_ms).
+  u->staged = prepare_run(*b, u->run(), u->buf, u->iov, /*stage=*/true);  // may throw: the batch fails (launch)
   for (auto const& v : u->iov) {
     u->bytes += v.iov_len;
   }
-  while (ring_->in_flight() >= ring_->entries()) {
+  u->staging = b->write ? 0 : u->bytes;
+  auto const budget = static_cast<std::size_t>(options_.uring_staging_bytes);
+  while (ring_->in_flight() + 1 >= ring_->entries() ||
+         (u->staging > 0 && uring_staged_ > 0 && uring_staged_ + u->staging > budget)) {
     reap(true);
+    if (ring_gave_up_) { return false; }
   }
-  auto const [fd, off] = where(b->items[u->run()[0]].slot);
+  auto const [file, off] = where(b->items[u->run()[0]].slot);
+  int const fd =
+      options_.io.uring_target != nullptr ? options_.io.uring_target(options_.io.context, b->write, file) : file;
   auto const id = next_run_++;
+  u->started = std::chrono::steady_clock::now();
+  uring_staged_ += u->staging;
   auto const& run = *uring_runs_.emplace(id, std::move(u)).first->second;  // before the kernel sees it
   ring_->push(b->write, fd, run.iov.data(), static_cast<unsigned>(run.iov.size()), off, id);
   (void)ring_->enter(false);  // a refused submission is retried by the next reap
+  return true;
 }
 
 inline auto file_store::reap(bool block) -> void
@@ -542,21 +575,69 @@ inline auto file_store::reap(bool block) -> void
       complete_uring_run(user, result);
     }
     if (!block && ring_->pending() > 0) { (void)ring_->enter(false); }
-    if (got || !block || ring_->in_flight() == 0) { return; }
-    int const e = ring_->enter(true);
-    if (e == 0) { continue; }
+    auto const now = std::chrono::steady_clock::now();
+    expire_uring_runs(now);
+    if (got || !block || uring_runs_.empty()) { return; }
+    // Wait for a completion, at most until the next run falls due.
+    auto const timeout = std::chrono::milliseconds(options_.io_timeout_ms);
+    auto due = now + timeout;
+    for (auto const& [id, u] : uring_runs_) {
+      due = std::min(due, u->cancelled.value_or(u->started) + timeout);
+    }
+    auto const wait = std::chrono::duration_cast<std::chrono::microseconds>(due - now);
+    int const e = ring_->wait_for(std::max(wait, std::chrono::microseconds(100)));
+    if (e == 0 || e == ETIME || e == EINTR) { continue; }
     STRATA_EXPECTS_AS(file_store_error, (e == EAGAIN || e == EBUSY || e == ENOMEM) && ++tries < 100000,
                       "file_store: io_uring_enter failed: ", detail::errno_text(e));
     std::this_thread::yield();
   }
 }
 
+inline auto file_store::expire_uring_runs(std::chrono::steady_clock::time_point now) -> void
+{
+  auto const timeout = std::chrono::milliseconds(options_.io_timeout_ms);
+  for (auto it = uring_runs_.begin(); it != uring_runs_.end();) {
+    uring_run& u = *it->second;
+    if (!u.cancelled && now - u.started >= timeout && ring_->pending() + 1 < ring_->entries()) {
+      ring_->push_cancel(it->first, it->first | cancel_tag);  // it completes, failed (ECANCELED), in a later reap
+      (void)ring_->enter(false);
+      u.cancelled = now;
+      ring_gave_up_ = true;  // the I/O threads take every later transfer
+      ++it;
+    } else if (u.cancelled && now - *u.cancelled >= timeout) {
+      // The kernel keeps it: its batch fails now, and its buffers are kept for good (a read's land
+      // in them, not in the caller's memory).
+      auto const run = u.run();
+      auto& b = *u.b;
+      b.fail(run, [&] {
+        return detail::concat("file_store: an io_uring transfer of ", run.size(), " records did not complete in ",
+                              options_.io_timeout_ms, " ms, nor when cancelled");
+      });
+      uring_staged_ -= u.staging;
+      try {
+        abandoned_.push_back(std::move(it->second));
+      } catch (...) {
+        (void)it->second.release();  // no memory to keep it: leaked all the same
+      }
+      it = uring_runs_.erase(it);
+      {
+        std::lock_guard lock{done_mutex_};
+        b.remaining.fetch_sub(1);
+      }
+      done_cv_.notify_all();
+    } else {
+      ++it;
+    }
+  }
+}
+
 inline auto file_store::complete_uring_run(std::uint64_t id, std::int32_t result) -> void
 {
   auto it = uring_runs_.find(id);
-  if (it == uring_runs_.end()) { return; }
+  if (it == uring_runs_.end()) { return; }  // a cancellation's, or an abandoned run's
   auto const u = std::move(it->second);
   uring_runs_.erase(it);
+  uring_staged_ -= u->staging;
   if (options_.io.filter_completion != nullptr) {
     result = options_.io.filter_completion(options_.io.context, u->b->write, result);
   }
@@ -578,11 +659,15 @@ inline auto file_store::complete_uring_run(std::uint64_t id, std::int32_t result
   }
   if (e == 0 && b.write && options_.sync_writes) { e = options_.io.sync(options_.io.context, fd) == 0 ? 0 : errno; }
   if (e != 0) {
-    b.fail(io_failure(b.write ? "write" : "read", first, run.size(), e), run);
+    b.fail(run, [&] { return io_failure(b.write ? "write" : "read", first, run.size(), e); });
   } else if (!b.write) {
     verify_read(b, run, u->buf, u->staged);
   }
-  b.remaining.fetch_sub(1);
+  {
+    std::lock_guard lock{done_mutex_};
+    b.remaining.fetch_sub(1);
+  }
+  done_cv_.notify_all();
 }
 #endif
 
@@ -603,8 +688,9 @@ inline auto file_store::finish(std::map<std::uint64_t, std::shared_ptr<batch>>::
     auto const& x = b->items[i];
     if (!intact.empty()) { intact[i] = b->write ? ok : !x.failed; }
     auto& s = index_[static_cast<std::size_t>(x.slot)];
-    s.busy = false;
+    if (!b->write) { --s.readers; }
     if (b->write) {
+      s.writing = false;
       s.valid = ok;
       s.key = x.key;
       s.sequence = x.sequence;

@@ -19,17 +19,21 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <thread>
 
 namespace strata::detail {
 
 #ifdef STRATA_FILE_STORE_URING
 /**
- * @brief A minimal io_uring (raw system calls, no liburing) used from one thread: vectored reads
- *        and writes pushed to the submission queue, completions popped from the completion queue.
+ * @brief A minimal io_uring (raw system calls, no liburing), used under one lock: vectored reads
+ *        and writes pushed to the submission queue, completions popped from the completion queue,
+ *        waits bounded in time, and cancellation of an operation that does not complete.
  */
 class io_uring_ring {
  public:
@@ -78,6 +82,7 @@ class io_uring_ring {
     r->cq_mask_ = *reinterpret_cast<unsigned*>(cq + p.cq_off.ring_mask);
     r->cqes_ = reinterpret_cast<io_uring_cqe*>(cq + p.cq_off.cqes);
     r->entries_ = p.sq_entries;
+    r->ext_arg_ = (p.features & IORING_FEAT_EXT_ARG) != 0;
     return r;
   }
   io_uring_ring(io_uring_ring const&) = delete;
@@ -132,6 +137,57 @@ class io_uring_ring {
     }
   }
 
+  /**
+   * @brief Submits what was pushed and waits up to `timeout` for a completion (the kernel's own
+   *        timeout where it has one, IORING_FEAT_EXT_ARG; else short naps between checks).
+   * @return 0 when a completion may be there, ETIME when none came in time, or an error number
+   */
+  int wait_for(std::chrono::microseconds timeout) noexcept
+  {
+    if (int const e = enter(false); e != 0) { return e; }
+    unsigned const head = *cq_head_;
+    if (head != __atomic_load_n(cq_tail_, __ATOMIC_ACQUIRE)) { return 0; }
+    if (ext_arg_) {
+      __kernel_timespec ts{};
+      ts.tv_sec = static_cast<long long>(timeout.count() / 1000000);
+      ts.tv_nsec = static_cast<long long>(timeout.count() % 1000000) * 1000;
+      io_uring_getevents_arg arg{};
+      arg.sigmask_sz = _NSIG / 8;
+      arg.ts = reinterpret_cast<std::uint64_t>(&ts);
+      for (;;) {
+        long const r = ::syscall(__NR_io_uring_enter, fd_, 0U, 1U, IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg,
+                                 sizeof arg);
+        if (r >= 0) { return 0; }
+        if (errno == EINTR) { continue; }
+        return errno;  // ETIME: none in time
+      }
+    }
+    auto const until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      if (*cq_head_ != __atomic_load_n(cq_tail_, __ATOMIC_ACQUIRE)) { return 0; }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return *cq_head_ != __atomic_load_n(cq_tail_, __ATOMIC_ACQUIRE) ? 0 : ETIME;
+  }
+
+  /// @brief Queues a request to cancel the operation tagged `user`; its own completion is tagged
+  ///        `tag`. The caller keeps in_flight() below entries().
+  void push_cancel(std::uint64_t user, std::uint64_t tag) noexcept
+  {
+    unsigned const tail = *sq_tail_;
+    unsigned const index = tail & sq_mask_;
+    io_uring_sqe& e = sqes_[index];
+    std::memset(&e, 0, sizeof e);
+    e.opcode = IORING_OP_ASYNC_CANCEL;
+    e.fd = -1;
+    e.addr = user;
+    e.user_data = tag;
+    sq_array_[index] = index;
+    __atomic_store_n(sq_tail_, tail + 1, __ATOMIC_RELEASE);
+    ++pending_;
+    ++in_flight_;
+  }
+
   /// @brief Pops one completion if there is one.
   bool next(std::uint64_t& user, std::int32_t& result) noexcept
   {
@@ -161,6 +217,7 @@ class io_uring_ring {
   unsigned cq_mask_ = 0;
   io_uring_cqe* cqes_ = nullptr;
   unsigned entries_ = 0;
+  bool ext_arg_ = false;  // the kernel takes a timeout for waits
   unsigned pending_ = 0;
   unsigned in_flight_ = 0;
 };

@@ -30,6 +30,7 @@ inline auto file_store::check_descriptor() const -> void
     if (!in) { continue; }  // a new drive, or a store made before descriptors: its records are checked one by one
     std::map<std::string, std::string> found, want;
     auto parse = [](std::istream& s, std::map<std::string, std::string>& into) {
+      s.exceptions(std::ios::badbit);  // no memory: throw, never parse half a descriptor
       std::string k, v;
       while (s >> k && std::getline(s >> std::ws, v)) {
         into[k] = v;
