@@ -43,10 +43,13 @@ class out_of_memory : public error {
 namespace detail {
 
 /// @brief Streams every argument into one string (g++ 12 has no `std::format`).
+/// @throw std::bad_alloc when memory runs out: a stream would swallow it and return the string
+///        cut short (a file name, a descriptor: found with allocation failures injected)
 template <class... Args>
 [[nodiscard]] std::string concat(Args const&... args)
 {
   std::ostringstream out;
+  out.exceptions(std::ios::badbit | std::ios::failbit);
   (out << ... << args);
   return std::move(out).str();
 }
