@@ -128,7 +128,7 @@ class controller_impl final : public controller_api {
   Controller c_;
 };
 
-/// @brief Hooks of `cpu_executor`: no streams, copies done when `submit` returns.
+/// @brief Hooks of `cpu_executor`: no streams; copies done when `submit` returns, but record I/O on a store's queues.
 struct host_hooks {
   static constexpr char const* name = "host";
   static cpu_executor::stream_type to_stream(std::uintptr_t stream)
@@ -140,9 +140,9 @@ struct host_hooks {
   static bool wait_layer(cpu_executor const& e, LoadHandle const& h, std::int64_t, std::uintptr_t stream)
   {
     (void)to_stream(stream);
-    if (h.transfer && e.status(*h.transfer) == copy_status::failed) { return false; }
+    if (h.transfer && !e.wait(*h.transfer)) { return false; }
     for (auto const& a : h.after) {
-      if (e.status(a) == copy_status::failed) { return false; }
+      if (!e.wait(a)) { return false; }
     }
     return true;
   }
@@ -150,7 +150,7 @@ struct host_hooks {
   static void wait_after(Result const&, std::uintptr_t stream)
   { (void)to_stream(stream); }
   static void set_activity(cpu_executor&, int, double) {}
-  static void synchronize(cpu_executor&) {}
+  static void synchronize(cpu_executor& e) { e.synchronize(); }
   static executor_stats stats(cpu_executor const&) { return {}; }
 };
 

@@ -472,6 +472,7 @@ TEST_CASE("gpu_executor: a corrupt record fails its own page, into the device an
       gpu_executor x;
       auto const h = x.submit(tiers, std::span<copy_order const>{orders},
                               to == tier::device ? copy_kind::load : copy_kind::background, stream.get());
+      x.synchronize();  // into the host the store reads on its own threads: the handle is pending until then
       REQUIRE(x.status(h) == copy_status::failed);
       CHECK(x.lost(h) == std::vector<lost_record>{{tier::file, 5}});
       if (to == tier::host) {  // read in place: the other seven arrived
@@ -568,5 +569,214 @@ TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the
   }
   engine_prefetch = prefetch_mode::best_effort;
   engine_file_policy = write_policy::write_through;
+  fs::remove_all(dir);
+}
+
+namespace {
+
+/// Counts the words of layer `layer` of each job's page that differ from the content function.
+__global__ void check_layer(layer_first l, page_jobs jobs, std::int64_t layer, unsigned long long* bad)
+{
+  kv_geometry const g = l.geometry();
+  std::int64_t const words = g.block_bytes() / 8;
+  for (int j = blockIdx.x; j < jobs.n; j += gridDim.x) {
+    for (std::int64_t k = 0; k < g.planes; ++k) {
+      auto const* b = reinterpret_cast<std::uint64_t const*>(l.block(jobs.page[j], layer, k).data);
+      for (std::int64_t w = threadIdx.x; w < words; w += blockDim.x) {
+        if (b[w] != test::kv_word(jobs.key[j], layer, k, w)) { atomicAdd(bad, 1ull); }
+      }
+    }
+  }
+}
+
+/// Gates in front of a file_store's reads and writes (the disk "holds" them while closed).
+struct disk_gates {
+  std::mutex m;
+  std::condition_variable cv;
+  bool reads = true, writes = true;
+  int held_reads = 0, held_writes = 0;
+
+  static void hold(disk_gates& g, bool& open, int& held)
+  {
+    std::unique_lock lock{g.m};
+    if (open) { return; }
+    ++held;
+    g.cv.notify_all();
+    g.cv.wait_for(lock, std::chrono::seconds(20), [&] { return open; });  // bounded: a caller that waits fails
+    --held;
+  }
+  void set(bool& gate, bool open)
+  {
+    {
+      std::lock_guard lock{m};
+      gate = open;
+    }
+    cv.notify_all();
+  }
+  bool wait_held(int& held)
+  {
+    std::unique_lock lock{m};
+    return cv.wait_for(lock, std::chrono::seconds(20), [&] { return held > 0; });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gpu controller: file-tier loads and backups move off the engine's thread; each layer right on the device",
+          "[gpu][controller][file]")
+{
+  // Records between the file tier and the device move on the executor's record threads. With the
+  // disk's reads held, begin_loads returns at once and the load stays pending; once they go, each
+  // layer is checked on the compute stream right after its wait_layer (a missing wait reads the
+  // poison). With the disk's writes held, a backup into the file tier waits while a load from it
+  // lands (loads and backups have their own threads and staging).
+  namespace fs = std::filesystem;
+  fs::path const dir = fs::temp_directory_path() / ("strata_gpu_off_thread_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  disk_gates g;
+  {
+    file_store_options o;
+    o.directory = dir.string();
+    o.io.context = &g;
+    o.io.preadv = [](void* c, int fd, iovec const* iov, int n, off_t at) -> ssize_t {
+      auto& x = *static_cast<disk_gates*>(c);
+      disk_gates::hold(x, x.reads, x.held_reads);
+      return ::preadv(fd, iov, n, at);
+    };
+    o.io.pwritev = [](void* c, int fd, iovec const* iov, int n, off_t at) -> ssize_t {
+      auto& x = *static_cast<disk_gates*>(c);
+      disk_gates::hold(x, x.writes, x.held_writes);
+      return ::pwritev(fd, iov, n, at);
+    };
+    file_store disk{geo, 64, o};
+    std::int64_t const device_pages = 40;
+    test::device_storage memory(std::size_t(device_pages * geo.page_bytes()));
+    STRATA_CUDA_TRY(cudaMemset(memory.data(), 0xA5, memory.size()));  // poison
+    layer_first const pool{memory.data(), geo, device_pages};
+    using controller = cache_controller<gpu_policies<layer_first, strata_scheduler, file_store&>>;
+    controller_options opts;
+    opts.costs = reading_pays();
+    opts.prefetch = prefetch_mode::off;  // loads read the files into the device themselves
+    gpu_executor_config c;
+    c.record_staging_bytes = 5 * geo.page_bytes();  // chunks of 2 pages: several per load and backup
+    controller cache{controller::tiers_type{device_pool<layer_first>{pool}, pinned_host_pool{geo, 4}, disk}, opts,
+                     strata_scheduler{}, gpu_executor{c}};
+    cuda_stream compute;
+    test::device_storage bad_count(sizeof(unsigned long long));
+    auto* bad = reinterpret_cast<unsigned long long*>(bad_count.data());
+    STRATA_CUDA_TRY(cudaMemset(bad, 0, sizeof(unsigned long long)));
+    auto const settle = [&] {
+      for (int i = 0; i < 64 && cache.pending_submissions() > 0; ++i) {
+        cache.executor().synchronize();
+        (void)cache.poll(compute.get());
+      }
+    };
+    auto const quick = [](auto&& f) {  // f returns before a disk held for 20 s would let it
+      auto const t0 = std::chrono::steady_clock::now();
+      f();
+      return std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5);
+    };
+    auto const jobs_of = [&](std::uint64_t id, tokens_t const& t, std::int64_t from, std::int64_t to) {
+      auto const table = cache.page_table(request_id{id});
+      page_jobs j;
+      for (std::int64_t p = from; p < to; ++p) {
+        j.page[j.n] = table[std::size_t(p)];
+        j.key[j.n++] = page_key(t, p);
+      }
+      return j;
+    };
+    // Runs a request: its cached pages checked layer by layer after each wait, the rest computed.
+    auto const run = [&](std::uint64_t id, tokens_t const& t, std::int64_t file_pages) {
+      auto h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}), compute.get());
+      REQUIRE(h.started.size() == 1);
+      CHECK(h.started[0].cached_pages[2] == file_pages);
+      page_jobs const cached = jobs_of(id, t, 0, file_pages);
+      for (std::int64_t l = 0; l < geo.layers; ++l) {
+        REQUIRE(wait_layer(h, l, compute.get()));
+        if (cached.n > 0) { check_layer<<<cached.n, 256, 0, compute.get()>>>(pool, cached, l, bad); }
+      }
+      page_jobs const rest = jobs_of(id, t, file_pages, std::int64_t(t.size()) / geo.page_tokens);
+      if (rest.n > 0) { write_pages<<<rest.n, 256, 0, compute.get()>>>(pool, rest); }
+      STRATA_CUDA_TRY(cudaGetLastError());
+      (void)cache.finish_prefill(request_id{id}, compute.get());
+      cache.release(request_id{id});
+      return h;
+    };
+    auto const doc = [](std::int32_t first) {
+      tokens_t t(std::size_t(6 * geo.page_tokens));
+      std::iota(t.begin(), t.end(), first);
+      return t;
+    };
+    auto const q = [](tokens_t t, std::int32_t x) {
+      t.push_back(x);
+      return t;
+    };
+    tokens_t const a = doc(1), b = doc(5000);
+
+    // Document a: computed, then (6 pages: more than the 4-page host tier) backed up from the
+    // device to the file tier, and evicted from the device.
+    cache.submit({request_id{1}, q(a, 1), 0, 1, 0.0});
+    (void)run(1, q(a, 1), 0);
+    settle();
+    (void)cache.evict(tier::device, device_pages, compute.get());
+    settle();
+    REQUIRE(cache.probe(q(a, 2)).fastest_tokens[2] == 6 * geo.page_tokens);
+
+    // 1. A load from the file tier with the disk's reads held.
+    g.set(g.reads, false);
+    cache.submit({request_id{2}, q(a, 2), 0, 1, 0.0});
+    controller::load_handle_type h;
+    CHECK(quick([&] { h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}), compute.get()); }));
+    REQUIRE(h.started.size() == 1);
+    CHECK(h.started[0].cached_pages[2] == 6);
+    REQUIRE(g.wait_held(g.held_reads));
+    CHECK(quick([&] {
+      for (int i = 0; i < 20; ++i) {
+        (void)cache.poll(compute.get());
+        (void)cache.stats();
+      }
+    }));
+    CHECK(cache.executor().status(*h.transfer) == copy_status::pending);
+    g.set(g.reads, true);
+    page_jobs const cached = jobs_of(2, q(a, 2), 0, 6);
+    for (std::int64_t l = 0; l < geo.layers; ++l) {
+      REQUIRE(wait_layer(h, l, compute.get()));
+      check_layer<<<cached.n, 256, 0, compute.get()>>>(pool, cached, l, bad);
+    }
+    (void)cache.finish_prefill(request_id{2}, compute.get());
+    cache.release(request_id{2});
+    settle();
+
+    // 2. A backup to the file tier held by the disk's writes, and a load from it beside.
+    g.set(g.writes, false);
+    cache.submit({request_id{3}, q(b, 3), 0, 1, 0.0});
+    CHECK(quick([&] {
+      (void)run(3, q(b, 3), 0);  // its backup (6 pages, device -> file) starts
+      (void)cache.poll(compute.get());
+    }));
+    REQUIRE(g.wait_held(g.held_writes));
+    (void)cache.evict(tier::device, device_pages, compute.get());  // a: only on the file tier now
+    (void)cache.poll(compute.get());
+    cache.submit({request_id{4}, q(a, 4), 0, 1, 0.0});
+    CHECK(quick([&] { (void)run(4, q(a, 4), 6); }));  // landed while the backup waits for the disk
+    {
+      std::lock_guard lock{g.m};
+      CHECK(g.held_writes > 0);
+    }
+    g.set(g.writes, true);
+    settle();
+    (void)cache.evict(tier::device, device_pages, compute.get());
+    settle();
+    REQUIRE(cache.probe(q(b, 5)).fastest_tokens[2] == 6 * geo.page_tokens);  // b's backup landed
+    cache.submit({request_id{5}, q(b, 5), 0, 1, 0.0});
+    (void)run(5, q(b, 5), 6);
+    settle();
+    STRATA_CUDA_TRY(cudaStreamSynchronize(compute.get()));
+    unsigned long long wrong = 0;
+    STRATA_CUDA_TRY(cudaMemcpy(&wrong, bad, sizeof wrong, cudaMemcpyDeviceToHost));
+    CHECK(wrong == 0);
+    CHECK(cache.stats().failed_transfers == 0);
+    cache.check_invariants();
+  }
   fs::remove_all(dir);
 }

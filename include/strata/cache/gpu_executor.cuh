@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include <strata/cache/detail/gpu_records.cuh>
 #include <strata/cache/executor.hpp>
 #include <strata/layout/layer_first.hpp>
 #include <strata/presets/h200.hpp>
@@ -27,6 +28,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -58,7 +60,8 @@ struct gpu_executor_config {
   gpu_assisted_config copy_kernel = default_backup_config;  ///< copy-kernel quota for backups, demotions
   dma_batch_config dma{};                                   ///< `dma_batch` tuning
   staged_config staged{};                                   ///< `staged` tuning
-  /// Pinned staging for records moving between a record store (a file tier) and the device, in
+  /// Pinned staging of each record thread (loads, background copies: each has its own, allocated
+  /// at its first use) for records moving between a record store (a file tier) and the device, in
   /// bytes: two halves alternate, so that the next chunk of records is read (or written) while the
   /// previous one crosses PCIe. A chunk holds at least one page (the staging grows to two pages).
   std::int64_t record_staging_bytes = std::int64_t{64} << 20;
@@ -93,18 +96,21 @@ struct gpu_executor_stats {
  *   one's handle covers all. A submission refused before anything moved (a plan `validate` or a
  *   backend rejects) returns a failed handle; a CUDA error while enqueueing also fails it, after the
  *   stream has drained (nothing of it still writes).
- * - Record stores (a `file_store` below the host tier): records are read and written on the
- *   calling thread (under the controller's lock), in place in page-first host memory, and to or
- *   from the device through a bounded pinned staging buffer (`record_staging_bytes`, two halves)
- *   chunk by chunk: the next chunk is read while the last one crosses PCIe (a load's handle is its
- *   last chunk's, per layer), and a backup writes one chunk while the next is copied out. Records a
- *   read lost fail the submission (a load becomes a miss) and are named by `lost`; a failed write
- *   fails it too. A submission done entirely on the calling thread returns an empty handle, which
- *   is done.
+ * - Record stores (a `file_store` below the host tier): no caller waits for a disk. Records read
+ *   into or written from page-first host memory (prefetches into the pinned host tier, backups and
+ *   demotions from it) move in place on an `async_record_store`'s own I/O queues; records to or
+ *   from the device move on one of the executor's two record threads (one for loads, one for
+ *   background copies: a load never queues behind a backup), chunk by chunk through the thread's
+ *   bounded pinned staging (`record_staging_bytes`, two halves): the next chunk is read while the
+ *   last one crosses PCIe, and a backup writes one chunk while the next is copied out. `submit`
+ *   starts them and returns a pending handle (its host part, `transfer_handle::set_host_part`):
+ *   `status` finishes it, `wait_layer` and `synchronize` wait for it. Records a read lost fail the
+ *   submission (a load becomes a miss) and are named by `lost`; a failed write fails it too.
  * - `dma_batch` goes through the executor's `submit_thread` (when configured, for single-direction
  *   submissions): its CPU cost leaves the engine's thread.
- * - Devices: the executor copies on the device current at its first `submit`; a stream of another
- *   device is refused (`check_stream`, which the controller calls before changing anything).
+ * - Devices: the executor copies on the device current at its first `submit` (its record threads
+ *   too); a stream of another device is refused (`check_stream`, which the controller calls before
+ *   changing anything).
  * - Thread safety: `submit` is serialised by the controller's lock; `status`, `set_activity` and
  *   `stats` may be called from any thread.
  *
@@ -175,7 +181,9 @@ class gpu_executor {
         b = true;
       }
       handle_type last;  // the last direction on the GPU: same stream, so it covers the earlier ones
-      bool moved = false;
+      auto io = std::make_shared<detail::record_io>();    // record I/O off this thread
+      std::vector<std::function<void()>> device_records;  // record <-> device, in order, on a record thread
+      tier record_tier = tier::file;
       try {
         detail::for_each_direction(tiers, orders, [&](auto& src, auto& dst, detail::direction const& d) {
           std::span<page_pair const> const pairs{d.pairs};
@@ -185,26 +193,44 @@ class gpu_executor {
             copy_plan const plan{src.layout(), dst.layout(), pairs, all};
             last = issue(plan, kind, s, directions == 1);
           } else if constexpr (record_store<S> && addressable_store<D>) {
-            // Records are read on this thread; into the device, a GPU copy follows (into host
-            // memory the CPU copies: nothing left in flight, no handle).
-            if (handle_type h = from_records(src, dst, d, kind, s); h.valid()) { last = std::move(h); }
+            if constexpr (D::kind != tier::device && detail::holds_records<D>()) {  // in place, on the store's queues
+              io->read(src, detail::record_legs::in_place(pairs, dst.layout(), true), d, "gpu_executor");
+            } else {
+              record_tier = S::kind;
+              device_records.push_back([&rt = record_thread(kind), &st, &src, &dst, d, kind, s] {
+                rt.load(src, dst, d, s, chunk_enqueuer{&st, kind});
+              });
+            }
           } else if constexpr (addressable_store<S> && record_store<D>) {
-            to_records(src, dst, d, s);  // done when it returns
+            if constexpr (S::kind != tier::device && detail::holds_records<S>()) {
+              io->write(dst, detail::record_legs::in_place(pairs, src.layout(), false), d, "gpu_executor");
+            } else {
+              record_tier = D::kind;
+              device_records.push_back([&rt = record_thread(kind), &st, &src, &dst, d, kind, s] {
+                rt.store(src, dst, d, s, chunk_enqueuer{&st, kind});
+              });
+            }
           } else {
             STRATA_EXPECTS(false, "gpu_executor: no copy between the ", to_string(S::kind), " and ", to_string(D::kind),
                            " tiers (each needs a layout or records)");
           }
-          moved = true;
         });
+        // Posted after every direction this thread issued: its events, recorded on the same stream
+        // after its last copy, cover them too.
+        if (!device_records.empty()) {
+          last = start_records(record_thread(kind), std::move(device_records), record_tier, kind, s, all, *io);
+        }
       } catch (invalid_argument const&) {
+        (void)io->poll(true);  // what started must end before the index frees its pages
         if (directions > 1) { (void)cudaStreamSynchronize(s); }  // an earlier direction may be in flight
         throw;
       } catch (...) {
+        (void)io->poll(true);
         (void)cudaStreamSynchronize(s);
         (void)cudaGetLastError();
         throw;
       }
-      if (!last.valid() && moved) { return {}; }  // every direction done on this thread: an empty handle is done
+      if (!io->empty()) { return with_records(std::move(last), all, std::move(io)); }
       return last.valid() ? last : failed_handle(all, nullptr);
     } catch (...) {
       ++st.failed;
@@ -246,25 +272,14 @@ class gpu_executor {
   /// @brief The record pages a failed submission lost (`records_unread` made it fail); empty for
   ///        any other failure (a CUDA error, a refused plan: the records were not at fault).
   [[nodiscard]] std::vector<lost_record> lost(handle_type const& h) const
-  {
-    std::vector<lost_record> out;
-    std::exception_ptr const e = h.valid() ? h.error() : nullptr;
-    if (!e) { return out; }
-    try {
-      std::rethrow_exception(e);
-    } catch (detail::records_unread const& r) {
-      for (auto s : r.slots) {
-        out.push_back({r.from, s});
-      }
-    } catch (...) {
-    }
-    return out;
-  }
+  { return detail::lost_records(h.valid() ? h.error() : nullptr); }
 
-  /// @brief Blocks until every transfer issued so far has landed (tests, shutdown).
+  /// @brief Blocks until every transfer issued so far has landed, record I/O included (tests,
+  ///        shutdown). Any thread.
   void synchronize() const
   {
     state& st = *state_;
+    st.records.wait_all();
     if (!st.cuda) { return; }
     if (st.cuda->thread) { st.cuda->thread->drain(); }
     for (auto const& h : st.cuda->threaded) {
@@ -341,13 +356,17 @@ class gpu_executor {
     backend_set copy;
     dma_batch direct;                     // dma_batch on the calling thread (no submit thread, or several directions)
     std::optional<submit_thread> thread;  // destroyed first: it finishes enqueueing into `load`/`copy`
-    std::array<transfer_handle, 2> threaded;     // the submit thread's last transfer of each kind
-    pinned_buffer staging;                       // page-first records to and from record stores (files), two halves
-    std::array<transfer_handle, 2> staging_use;  // the last transfer reading or writing each half
+    std::array<transfer_handle, 2> threaded;  // the submit thread's last transfer of each kind
+    // Records to and from the device: loads, background copies (started at first use; the state
+    // waits for their jobs before these go).
+    std::array<std::unique_ptr<detail::gpu_record_thread>, 2> records;
   };
 
   struct state {
     explicit state(gpu_executor_config c) : config{std::move(c)} {}
+    state(state const&) = delete;
+    state& operator=(state const&) = delete;
+    ~state() { records.wait_all(); }  // the stores' and record threads write into the tiers' memory
     cuda_parts& parts()
     {
       if (!cuda) { cuda = std::make_unique<cuda_parts>(config); }
@@ -399,7 +418,104 @@ class gpu_executor {
     std::array<std::array<std::atomic<std::int64_t>, gpu_backend_count>, 2> transfers{};
     std::array<std::array<std::atomic<std::int64_t>, gpu_backend_count>, 2> bytes{};
     std::atomic<std::int64_t> failed{0};
+    detail::record_io_log records;  // record I/O not yet seen finished
     std::unique_ptr<cuda_parts> cuda;
+  };
+
+  /// `last` (or, when no GPU copy was issued, a handle of its own) finishing once `io` has: the
+  /// stores' queues and the record threads move the records; the handle's `done` polls them. A
+  /// failure is reported only once what `last` enqueued has landed (nothing of it moves then).
+  handle_type with_records(handle_type last, layer_range all, std::shared_ptr<detail::record_io> io)
+  {
+    if (!last.valid()) {
+      last = transfer_handle{all, completion::whole};  // an event never recorded: done once `io` is
+      last.mark_recorded(last.events().size());
+    }
+    state_->records.add(io);
+    std::vector<cudaEvent_t> const events(last.events().begin(), last.events().end());  // owned by the handle
+    last.set_host_part([io, events](bool block) {
+      io_status const r = io->poll(block);
+      if (r == io_status::failed) {
+        for (auto e : events) {  // recorded by now, or never (an unrecorded event is complete)
+          if (cudaEventSynchronize(e) != cudaSuccess) { (void)cudaGetLastError(); }
+        }
+        std::rethrow_exception(io->error());
+      }
+      return r == io_status::succeeded;
+    });
+    return last;
+  }
+
+  /// The record thread of `kind`'s copies, started at first use on the executor's device.
+  detail::gpu_record_thread& record_thread(copy_kind kind)
+  {
+    state& st = *state_;
+    auto& t = st.cuda->records[kind == copy_kind::load ? 0 : 1];
+    if (!t) {
+      auto const& c = st.config;
+      t = std::make_unique<detail::gpu_record_thread>(st.cuda->device, c.record_staging_bytes,
+                                                      kind == copy_kind::load ? c.load_kernel : c.copy_kernel, c.dma,
+                                                      c.staged);
+    }
+    return *t;
+  }
+
+  /// Starts `parts` (record <-> device directions) in order on `thread`, as a job of `io`; returns
+  /// the submission's handle, whose events the job records on `s` after its last copy. A part that
+  /// fails ends the job: what it enqueued lands first (nothing of the submission moves once it is
+  /// reported failed).
+  static handle_type start_records(detail::gpu_record_thread& thread, std::vector<std::function<void()>> parts,
+                                   tier record_tier, copy_kind kind, cudaStream_t s, layer_range all,
+                                   detail::record_io& io)
+  {
+    handle_type h{all, kind == copy_kind::load ? completion::per_layer : completion::whole};
+    io.run(
+        thread.pool(), kind == copy_kind::load, record_tier,
+        [&thread, parts = std::move(parts), h, s] {
+          try {
+            thread.bind();
+            for (auto const& p : parts) {
+              p();
+            }
+            for (auto e : h.events()) {
+              STRATA_CUDA_TRY(cudaEventRecord(e, s));
+            }
+          } catch (...) {
+            if (cudaStreamSynchronize(s) != cudaSuccess) { (void)cudaGetLastError(); }
+            throw;
+          }
+          h.mark_recorded(h.events().size());
+        },
+        "gpu_executor");
+    return h;
+  }
+
+  /// What a record thread copies a chunk with: a backend chosen as for any transfer of `kind`
+  /// (the thread's own instances), counted in the stats.
+  struct chunk_enqueuer {
+    state* st;
+    copy_kind kind;
+    template <kv_layout Src, kv_layout Dst>
+    void operator()(copy_plan<Src, Dst> const& plan, cudaStream_t s, detail::gpu_record_thread::backend_set& set) const
+    {
+      validate(plan);
+      gpu_backend b = st->config.force.value_or(gpu_backend::gpu_assisted);
+      if (!st->config.force) { b = st->choose(kind, double(plan.bytes()), run_bytes(plan), true); }
+      switch (b) {
+        case gpu_backend::gpu_assisted:
+          std::get<gpu_assisted>(set).enqueue(plan, s, {});
+          break;
+        case gpu_backend::dma_batch:
+          std::get<dma_batch>(set).enqueue(plan, s, {});
+          break;
+        case gpu_backend::staged:
+          std::get<staged>(set).enqueue(plan, s, {});
+          break;
+      }
+      std::size_t const k = kind == copy_kind::load ? 0 : 1;
+      st->transfers[k][std::size_t(b)].fetch_add(1, std::memory_order_relaxed);
+      st->bytes[k][std::size_t(b)].fetch_add(plan.bytes(), std::memory_order_relaxed);
+    }
   };
 
   /// Bytes of the longest run a block of `plan` moves as one piece (what a DMA descriptor carries).
@@ -455,109 +571,6 @@ class gpu_executor {
     st.transfers[k][std::size_t(b)].fetch_add(1, std::memory_order_relaxed);
     st.bytes[k][std::size_t(b)].fetch_add(plan.bytes(), std::memory_order_relaxed);
     return h;
-  }
-
-  /// Pages a staging half holds: `record_staging_bytes / 2`, at least one page.
-  [[nodiscard]] std::int64_t chunk_pages(kv_geometry const& g) const
-  { return std::max<std::int64_t>(1, state_->config.record_staging_bytes / 2 / g.page_bytes()); }
-
-  /// Staging half `half` as page-first records of `chunk_pages` pages, once the last transfer
-  /// using it has landed (a failed one has nothing in flight). Allocated at first use.
-  page_first staging_half(kv_geometry const& g, std::size_t half)
-  {
-    cuda_parts& cp = *state_->cuda;
-    auto const wait = [](transfer_handle& u) {
-      if (u.valid() && !u.failed()) { u.synchronize(); }
-      u = {};
-    };
-    wait(cp.staging_use[half]);
-    std::int64_t const per = chunk_pages(g);
-    auto const bytes = std::size_t(2 * per * g.page_bytes());
-    if (cp.staging.size() < bytes) {
-      wait(cp.staging_use[half ^ 1]);  // the buffer is replaced: the other half's user goes first
-      cp.staging = pinned_buffer{};    // the old one goes first: pinned memory is scarce
-      cp.staging = pinned_buffer{bytes};
-    }
-    return page_first{cp.staging.data() + half * std::size_t(per * g.page_bytes()), g, per};
-  }
-
-  /// A record store (a file tier) into an addressable one. Into page-first host memory (a prefetch
-  /// into the pinned host tier) the records are read in place. Into the device they move chunk by
-  /// chunk through the two staging halves: a chunk is read on this thread while the one before
-  /// crosses PCIe (`issue`, per layer; the last chunk's handle, on the same stream, covers all). A
-  /// read that loses records throws `records_unread` (the submission fails; the chunks already
-  /// issued are waited for by `submit`).
-  template <class S, class D>
-  transfer_handle from_records(S& src, D& dst, detail::direction const& d, copy_kind kind, cudaStream_t s)
-  {
-    kv_geometry const g = src.geometry();
-    if constexpr (D::kind != tier::device && detail::holds_records<D>()) {
-      auto const legs = detail::record_legs::in_place(std::span<page_pair const>{d.pairs}, dst.layout(), true);
-      detail::read_records(src, legs, d, "gpu_executor");
-      return {};
-    }
-    auto const per = std::size_t(chunk_pages(g));
-    transfer_handle last;
-    for (std::size_t at = 0, half = 0; at < d.pairs.size(); at += per, half ^= 1) {
-      detail::direction const part = detail::slice(d, at, std::min(per, d.pairs.size() - at));
-      page_first const records = staging_half(g, half);
-      detail::record_legs const legs{part.pairs, records};
-      detail::read_records(src, legs, part, "gpu_executor");
-      copy_plan const plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)};
-      if constexpr (D::kind == tier::device) {
-        last = issue(plan, kind, s, false);
-        state_->cuda->staging_use[half] = last;
-      } else {
-        host_copy{}.copy(plan);  // host memory: the CPU copies, nothing in flight
-      }
-    }
-    return last;
-  }
-
-  /// An addressable store into a record store. From page-first host memory (host -> file backups
-  /// and demotions) the records are written in place. Otherwise chunk by chunk through the staging
-  /// halves: the next chunk is copied out of the device while this one is written on this thread
-  /// (a failed write throws; what was copied is waited for by `submit`).
-  template <class S, class D>
-  void to_records(S& src, D& dst, detail::direction const& d, cudaStream_t s)
-  {
-    kv_geometry const g = src.geometry();
-    auto const fail = [&](std::size_t n) {
-      throw error(
-          detail::concat("strata: gpu_executor: writing ", n, " records to the ", to_string(D::kind), " tier failed"));
-    };
-    if constexpr (S::kind != tier::device && detail::holds_records<S>()) {
-      auto const legs = detail::record_legs::in_place(std::span<page_pair const>{d.pairs}, src.layout(), false);
-      if (!detail::write_records(dst, legs, d)) { fail(d.pairs.size()); }
-      return;
-    }
-    struct chunk {
-      detail::direction part;
-      detail::record_legs legs;
-    };
-    auto const per = std::size_t(chunk_pages(g));
-    auto const copy_out = [&](std::size_t at, std::size_t half) {  // pairs from `at` into staging half `half`
-      detail::direction part = detail::slice(d, at, std::min(per, d.pairs.size() - at));
-      page_first const records = staging_half(g, half);
-      detail::record_legs legs{part.pairs, records};
-      copy_plan const plan{src.layout(), records, std::span<page_pair const>{legs.in}, layer_range::all(g)};
-      if constexpr (S::kind == tier::device) {
-        state_->cuda->staging_use[half] = issue(plan, copy_kind::background, s, false);
-      } else {
-        host_copy{}.copy(plan);
-      }
-      return chunk{std::move(part), std::move(legs)};
-    };
-    std::optional<chunk> current{copy_out(0, 0)};
-    for (std::size_t at = 0, half = 0; at < d.pairs.size(); at += per, half ^= 1) {
-      transfer_handle& h = state_->cuda->staging_use[half];
-      if (h.valid()) { h.synchronize(); }  // rethrows what failed
-      h = {};
-      std::optional<chunk> next;
-      if (at + per < d.pairs.size()) { next.emplace(copy_out(at + per, half ^ 1)); }
-      if (!detail::write_records(dst, current->legs, current->part)) { fail(current->part.pairs.size()); }
-      current = std::move(next);
-    }
   }
 
   static transfer_handle failed_handle(layer_range layers, std::exception_ptr e)

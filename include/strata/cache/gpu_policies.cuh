@@ -34,7 +34,7 @@ namespace strata {
  *         `vllm_layout`, ...)
  * @tparam Scheduler a `scheduler_strategy` (default: `strata_scheduler`: delay hits, balance, bubbles)
  * @tparam Lower tiers below the host, slower in order: e.g. `file_store&` (the NVMe tier, held by
- *         reference; records move through the executor's pinned bounce buffer)
+ *         reference; records move on the stores' queues and the executor's record threads)
  */
 template <kv_layout Layout, scheduler_strategy Scheduler = strata_scheduler, class... Lower>
 struct gpu_policies {

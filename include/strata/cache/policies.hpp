@@ -38,7 +38,8 @@ concept cache_policies = requires {
 
 /**
  * @brief The bundle of a CPU engine: the engine's pool in `Layout` (host memory), a `host_pool`
- *        tier, the strategy `Scheduler`, `cpu_executor` (copies on the calling thread).
+ *        tier, the strategy `Scheduler`, `cpu_executor` (copies on the calling thread, record I/O
+ *        on the stores' queues and the executor's record threads).
  * @tparam Layout the engine's `kv_layout`
  * @tparam Scheduler a `scheduler_strategy` (default: `strata_scheduler`: delay hits, balance, bubbles)
  */
@@ -46,22 +47,25 @@ template <kv_layout Layout, scheduler_strategy Scheduler = strata_scheduler>
 struct cpu_policies {
   using tiers = tier_stack<device_pool<Layout>, host_pool>;  ///< device and host tiers
   using scheduler = Scheduler;                               ///< the strategy
-  using executor = cpu_executor;                             ///< memcpy on the calling thread
+  using executor = cpu_executor;                             ///< memcpy; record I/O off the caller's thread
 };
 static_assert(cache_policies<cpu_policies<layer_first>>);
 
 /**
  * @brief The CPU engine's counterpart of the GPU `wait_layer` (`cache/gpu_policies.cuh`), so that
- *        engine code reads alike on both: `cpu_executor` copies at once, so nothing is left to wait
- *        for. @return false when the batch's loads, or an earlier batch's it reads, failed (call
- *        `complete`/`poll`: the controller sends the requests back to wait)
+ *        engine code reads alike on both: it returns once the batch's loads landed (`cpu_executor`
+ *        copies at once, except records read in place on a store's I/O queues). @return false when the batch's loads,
+ * or an earlier batch's it reads, failed (call `complete`/`poll`: the controller sends the requests back to wait)
  * @throw strata::invalid_argument for a negative layer
  */
 inline bool wait_layer(load_handle<cpu_executor::handle_type> const& loads, std::int64_t layer,
                        cpu_executor::stream_type = {})
 {
   STRATA_EXPECTS(layer >= 0, "wait_layer: layer must not be negative, got ", layer);
-  auto const ok = [](cpu_executor::handle_type const& h) { return !h.failed; };
+  // Records read in place on a store's I/O queues may still be moving: wait for them.
+  auto const ok = [](cpu_executor::handle_type const& h) {
+    return !h.failed && (!h.io || h.io->poll(true) == io_status::succeeded);
+  };
   return std::all_of(loads.after.begin(), loads.after.end(), ok) && (!loads.transfer || ok(*loads.transfer));
 }
 

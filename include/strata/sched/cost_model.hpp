@@ -48,8 +48,8 @@ struct io_costs {
   /// remote store; index: `tier`; [device] and [host] unused). 0: the tier's load bandwidth.
   std::array<double, tier_count> store_bytes_per_s{};
   /// Whether a batch's reads from record tiers overlap its compute. false: they precede it, as the
-  /// executors do today (`cpu_executor`, `gpu_executor`: records are read into a host bounce
-  /// buffer on the calling thread, inside `begin_loads`, before the copies to the device are issued).
+  /// executors do today (`cpu_executor`, `gpu_executor`: records are read into host staging on a
+  /// record thread, and the batch's layers wait for the last chunk's copy to the device).
   bool record_reads_overlap = false;
   /// Engine-thread CPU seconds per byte loaded that delay the batch (0 with a submit thread).
   double cpu_s_per_byte = 0;
@@ -111,7 +111,7 @@ class cost_model {
   /**
    * @brief Seconds to load `pages[t]` pages from each lower tier t onto the device. Each tier with
    *        pages adds its latency and its bytes over its bandwidth; a record tier's pages (file,
-   *        remote) then cross PCIe from the host bounce buffer as one more host-tier copy (host
+   *        remote) then cross PCIe from the host staging as one more host-tier copy (host
    *        latency and bandwidth). CPU submission time on the engine thread counts once per byte
    *        copied to the device. All copies share the link: their times add.
    */
@@ -271,7 +271,7 @@ class cost_model {
   }
 
  private:
-  /// The PCIe leg of a record tier's bytes: from the host bounce buffer into the device pool, one
+  /// The PCIe leg of a record tier's bytes: from the host staging into the device pool, one
   /// more host-tier copy (the engine-thread CPU of those bytes is counted once, by `load_s`).
   [[nodiscard]] double host_leg_s(double bytes) const noexcept
   { return io_.load_latency_s[std::size_t(tier::host)] + bytes / io_.load_bytes_per_s[std::size_t(tier::host)]; }

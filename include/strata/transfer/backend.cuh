@@ -21,6 +21,7 @@
 #include <atomic>
 #include <concepts>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -94,6 +95,7 @@ class transfer_handle {
     STRATA_EXPECTS(layer >= layers_.begin && layer < layers_.end, "transfer_handle: layer ", layer,
                    " is not in the transfer's range [", layers_.begin, ", ", layers_.end, ")");
     std::size_t const i = index(layer);
+    (void)host_finished(true);
     await_recorded(i + 1);
     STRATA_CUDA_TRY(cudaStreamWaitEvent(stream.get(), state_->raw[i], 0));
   }
@@ -102,6 +104,7 @@ class transfer_handle {
   void wait(cuda::stream_ref stream) const
   {
     STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
+    (void)host_finished(true);
     await_recorded(state_->raw.size());
     for (auto e : state_->raw) {
       STRATA_CUDA_TRY(cudaStreamWaitEvent(stream.get(), e, 0));
@@ -112,6 +115,7 @@ class transfer_handle {
   void synchronize() const
   {
     STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
+    (void)host_finished(true);
     await_recorded(state_->raw.size());
     for (auto e : state_->raw) {
       STRATA_CUDA_TRY(cudaEventSynchronize(e));
@@ -127,6 +131,7 @@ class transfer_handle {
   [[nodiscard]] bool done() const
   {
     if (!valid()) { return false; }
+    if (!host_finished(false)) { return false; }
     if (state_->failed.load(std::memory_order_acquire)) { rethrow(); }
     if (state_->recorded.load(std::memory_order_acquire) < state_->raw.size()) { return false; }
     for (auto e : state_->raw) {
@@ -152,6 +157,7 @@ class transfer_handle {
   [[nodiscard]] cudaEvent_t done_event() const
   {
     STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
+    (void)host_finished(true);
     await_recorded(state_->raw.size());
     return state_->raw.back();
   }
@@ -176,6 +182,16 @@ class transfer_handle {
     h.fail(std::move(e));
     return h;
   }
+  /**
+   * @brief For executors: work on the host that must finish before the transfer counts as landed
+   *        (record I/O on a store's or a record thread's queues). `poll(block)` returns whether
+   *        it finished (`block`: waits until it has) and throws what made it fail, which fails
+   *        the handle (it must throw only once nothing of the transfer moves any more). `done`
+   *        polls it (never waiting, not even for a thread that waits for it); `synchronize`,
+   *        `wait` and `wait_layer` wait for it. Set once, before the handle is handed out.
+   */
+  void set_host_part(std::function<bool(bool)> poll) const { state_->host = std::move(poll); }
+
   /// @brief For submit threads: enqueueing failed; waiters rethrow `e`.
   void fail(std::exception_ptr e) const noexcept
   {
@@ -195,7 +211,32 @@ class transfer_handle {
     std::mutex m;
     std::exception_ptr error;
     std::atomic<bool> failed{false};
+    std::function<bool(bool)> host;  // `set_host_part` (empty: none)
+    std::mutex host_m;
+    bool host_done = false;
   };
+  /// Whether the host part finished (or there is none); a failure fails the handle (and throws).
+  /// Without `block` it never waits, not even for another thread blocked in it (then: not yet).
+  bool host_finished(bool block) const
+  {
+    if (!state_->host) { return true; }
+    std::unique_lock lock{state_->host_m, std::defer_lock};
+    if (block) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return false;
+    }
+    if (state_->host_done) { return true; }
+    try {
+      if (!state_->host(block)) { return false; }
+    } catch (...) {
+      state_->host_done = true;
+      fail(std::current_exception());
+      throw;
+    }
+    state_->host_done = true;
+    return true;
+  }
   [[nodiscard]] std::size_t index(std::int64_t layer) const noexcept
   { return state_->raw.size() == 1 ? 0 : static_cast<std::size_t>(layer - layers_.begin); }
   void await_recorded(std::size_t n) const
