@@ -507,3 +507,4 @@ static_assert(async_record_store<file_store>);
 
 #include <strata/tier/detail/file_store/file_store.inl>
 #include <strata/tier/detail/file_store/recovery.inl>
+#include <strata/tier/detail/file_store/uring_runs.inl>
