@@ -836,14 +836,14 @@ tokens_t join(tokens_t a, tokens_t const& b)
   return a;
 }
 
-/// One request through the loop (waiting for the record I/O in flight when it is held back): loads checked
-/// against the content function, the rest computed; a failed load is retried as the controller
-/// requeues it. Returns the cached pages by tier of the start that ran, and the starts it took.
+/// One submitted request through the loop (waiting for the record I/O in flight when it is held
+/// back): loads checked against the content function, the rest computed; a failed load is retried as
+/// the controller requeues it. Returns the cached pages by tier of the start that ran, and the starts
+/// it took.
 template <class Cache>
-std::pair<std::array<std::int64_t, tier_count>, int> serve(Cache& cache, layer_first const& pool, std::uint64_t id,
-                                                           tokens_t const& t)
+std::pair<std::array<std::int64_t, tier_count>, int> serve_submitted(Cache& cache, layer_first const& pool,
+                                                                     std::uint64_t id, tokens_t const& t)
 {
-  cache.submit({request_id{id}, t, 0, 2, 0.0});
   for (int start = 1; start <= 8; ++start) {
     auto h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
     if (h.started.empty()) {  // held back by its prefetch, still reading the files
@@ -876,6 +876,14 @@ std::pair<std::array<std::int64_t, tier_count>, int> serve(Cache& cache, layer_f
   }
   FAIL("request " << id << " never started");
   return {};
+}
+/// `serve_submitted` of a request submitted first.
+template <class Cache>
+std::pair<std::array<std::int64_t, tier_count>, int> serve(Cache& cache, layer_first const& pool, std::uint64_t id,
+                                                           tokens_t const& t)
+{
+  cache.submit({request_id{id}, t, 0, 2, 0.0});
+  return serve_submitted(cache, pool, id, t);
 }
 
 /// The slot of the record holding the page whose ids are `page` (reopening the store to read them).
@@ -1255,6 +1263,67 @@ TEST_CASE("controller: a file-tier record that fails to read leaves the index al
   auto const s = cache.stats();
   CHECK(s.failed_transfers == 1);  // one failed read, then the prefix is recomputed
   CHECK(s.discarded_pages >= 4);
+  cache.check_invariants();
+}
+
+TEST_CASE("controller: a request waits for a run another computes, part recomputed from a slow tier, part marked",
+          "[cpu][controller][file]")
+{
+  // Request A computes a prefix whose first two pages are cached only in the file tier (the plan
+  // recomputes them: reading is slower) and whose next two are uncached (A marks them). Request B
+  // shares A's first three pages: one run of three pages A computes, at the delay-hit threshold,
+  // although two of them are recomputed and one is marked (neither part alone reaches it). B waits
+  // for A, then takes the three pages cached.
+  using cache_t = cache_controller<file_policies>;
+  engine_memory mem{64};
+  layer_first const pool = mem.layout(64);
+  controller_options opts;
+  {
+    cost_model const c = h200::costs_for(geo);
+    io_costs io = c.io();
+    io.load_bytes_per_s[std::size_t(tier::file)] = 1e3;  // reading a file-tier page never pays
+    opts.costs = cost_model{c.compute(), io, c.page_bytes(), c.page_tokens()};
+  }
+  opts.records_by_cost = false;  // but pages go there
+  opts.prefetch = prefetch_mode::off;
+  opts.delay_hit_tokens = 3 * geo.page_tokens;
+  cache_t cache{cache_t::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, memory_file_store{geo, 16}},
+                opts};
+  tokens_t const x = doc_tokens(7, 2);
+  (void)serve(cache, pool, 1, join(x, doc_tokens(3000, 0, 1)));
+  (void)cache.evict(tier::device, 64);
+  for (int i = 0; i < 4; ++i) {
+    (void)cache.evict(tier::host, 8);
+  }
+  settle(cache);
+  REQUIRE(cache.probe(x).fastest_tokens[2] == 2 * geo.page_tokens);
+  tokens_t const a = join(x, doc_tokens(5000, 2, 1));
+  tokens_t b = a;
+  b.resize(std::size_t(3 * geo.page_tokens));
+  b = join(b, doc_tokens(6000, 1, 1));
+  cache.submit({request_id{2}, a, 0, 2, 0.0});
+  auto ha = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
+  REQUIRE(ha.started.size() == 1);
+  REQUIRE(ha.ran.size() == 1);
+  REQUIRE(ha.ran[0].prefix_pages == 0);  // A recomputes the file-tier pages
+  REQUIRE(wait_layer(ha, 0));
+  auto const ta = cache.page_table(request_id{2});
+  for (std::int64_t p = 0; p < std::int64_t(a.size()) / geo.page_tokens; ++p) {
+    write_page(pool, a, p, ta[std::size_t(p)]);
+  }
+  cache.submit({request_id{3}, b, 0, 2, 0.0});
+  for (int round = 0; round < 3; ++round) {
+    auto hb = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
+    INFO("round " << round);
+    CHECK(hb.started.empty());  // B waits for A
+    CHECK(cache.complete(hb));
+  }
+  (void)cache.finish_prefill(request_id{2});
+  (void)cache.complete(ha);
+  cache.release(request_id{2});
+  settle(cache);
+  auto const [from, starts] = serve_submitted(cache, pool, 3, b);
+  CHECK(from[0] + from[1] + from[2] >= 3);  // A's pages, cached
   cache.check_invariants();
 }
 

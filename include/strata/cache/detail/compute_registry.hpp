@@ -19,11 +19,13 @@ namespace strata::detail {
 /**
  * @brief Two records the index's transient marks cannot keep.
  *
- * - Pages a started request computes that no mark covers, by content key (`chain_key`): all of
- *   them when it could not mark (its prefix ran into another request's transient prefix shorter
- *   than the delay-hit threshold, and nothing hangs below a transient node), and the cached pages
- *   its plan chose to recompute (a slow tier). A request extending them waits for them
- *   (`computed_elsewhere`) instead of computing them too.
+ * - Every page a started request computes, by content key (`chain_key`). The marks cover only
+ *   its uncached pages, and only when it could mark (its prefix may run into another request's
+ *   transient prefix shorter than the delay-hit threshold, and nothing hangs below a transient
+ *   node); the cached pages its plan chose to recompute (a slow tier) are in the index but not
+ *   marked. A request extending them waits for the whole run (`computed_elsewhere`) instead of
+ *   computing it too: a recomputed run and a marked run, each shorter than the threshold, may be
+ *   longer than it together.
  * - Requests that could not mark their uncached prefix because another request's transient prefix
  *   was in the way: they mark again when that one commits or goes (`take_waiters`), so that of
  *   several requests extending the same prefix, one marks — and computes — the extension.

@@ -123,14 +123,10 @@ bool cache_controller<Policies>::start(prefill_item const& it, stream_type strea
     }
   }
   if (scheduler_.uses_transient_nodes()) {
-    // Pages it computes that no mark covers: all of them when it could not mark, and the cached
-    // pages below its prefix that the plan chose to recompute, so that a request extending them
-    // waits instead of computing them too.
-    std::size_t const unmarked =
-        s.transient_pages == 0
-            ? keys.size()
-            : std::size_t(std::max<std::int64_t>(0, tree_.probe(s.tokens).tokens / page_tokens() - cached));
-    registry_.add(w.id, std::span<std::uint64_t const>{keys}.first(std::min(unmarked, keys.size())));
+    // Every page it computes, marked or not: the cached pages below its prefix that the plan chose
+    // to recompute run on into its marked ones, and a request extending them must see the run
+    // whole (two runs each shorter than the delay-hit threshold can make one longer than it).
+    registry_.add(w.id, keys);
   }
   started_request st{w.id, {}};
   for (auto& o : tree_.load(it.cached_node, std::span<std::int64_t const>{*pages}.first(std::size_t(to_load)))) {
