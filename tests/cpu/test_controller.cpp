@@ -29,6 +29,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace strata;
@@ -182,6 +183,8 @@ constexpr bool third_tier_is()
 /// in `loop_disk_directory` for each engine).
 std::optional<file_store> loop_disk;
 std::string loop_disk_directory;
+/// Options for `loop_disk` beyond its directory (a test's fault injection, several drives).
+file_store_options loop_disk_options;
 struct disk_loop_policies {
   using tiers = tier_stack<device_pool<layer_first>, host_pool, file_store&>;
   using scheduler = strata_scheduler;
@@ -304,8 +307,8 @@ struct engine_run {
   {
     if constexpr (third_tier_is<typename controller::tiers_type, file_store>()) {
       loop_disk.reset();  // the last engine is gone
-      file_store_options o;
-      o.directory = loop_disk_directory;
+      file_store_options o = loop_disk_options;
+      if (o.directories.empty()) { o.directory = loop_disk_directory; }
       loop_disk.emplace(geo, 2 * host, o);
       return typename controller::tiers_type{device_pool<layer_first>{layout}, host_pool{geo, host}, *loop_disk};
     } else if constexpr (controller::tiers_type::size == 3) {
@@ -1596,4 +1599,182 @@ TEST_CASE("controller: loads from and backups to the file tier move off the engi
     cache.check_invariants();
   }
   fs::remove_all(dir);
+}
+
+namespace {
+
+/// I/O faults under a file_store: one call in `one_in` fails (EIO, ENOSPC on writes, a short
+/// transfer, or a torn write: half written, then EIO), and every call on a "gone" drive fails.
+struct io_faults {
+  std::atomic<bool> on{false};
+  std::atomic<std::uint64_t> one_in{12};
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::int64_t> injected{0};
+  std::atomic<bool> drive_gone{false};
+  std::mutex m;
+  std::set<std::pair<dev_t, ino_t>> gone;  // the files of the drive that goes
+
+  bool on_gone_drive(int fd)
+  {
+    if (!drive_gone.load()) { return false; }
+    struct stat st{};
+    if (::fstat(fd, &st) != 0) { return false; }
+    std::lock_guard lock{m};
+    return gone.count({st.st_dev, st.st_ino}) != 0;
+  }
+  /// What to do with a call: 0 nothing, 1 EIO, 2 ENOSPC, 3 short, 4 torn.
+  int draw(bool write)
+  {
+    std::uint64_t const c = calls.fetch_add(1);
+    if (!on.load()) { return 0; }
+    std::uint64_t const h = (c + 1) * 0x9e3779b97f4a7c15ULL;
+    if ((h >> 20) % one_in.load() != 0) { return 0; }
+    injected.fetch_add(1);
+    int const k = int((h >> 40) % 4);
+    return k == 1 && !write ? 1 : k + 1;  // ENOSPC only on writes
+  }
+  static ssize_t transfer(void* c, int fd, iovec const* iov, int n, off_t at, bool write)
+  {
+    auto& x = *static_cast<io_faults*>(c);
+    auto const real = [&](iovec const* v, int k) { return write ? ::pwritev(fd, v, k, at) : ::preadv(fd, v, k, at); };
+    if (x.on_gone_drive(fd)) {
+      errno = EIO;
+      return -1;
+    }
+    switch (x.draw(write)) {
+      case 1:
+        errno = EIO;
+        return -1;
+      case 2:
+        errno = ENOSPC;
+        return -1;
+      case 3: {  // a short transfer: the store continues from where it stopped
+        iovec half = iov[0];
+        half.iov_len = std::max<std::size_t>(1, half.iov_len / 2);
+        return real(&half, 1);
+      }
+      case 4:
+        if (write) {  // torn: part of the bytes reach the file, then the call fails
+          iovec half = iov[0];
+          half.iov_len = std::max<std::size_t>(1, half.iov_len / 2);
+          (void)real(&half, 1);
+          errno = EIO;
+          return -1;
+        }
+        errno = EIO;
+        return -1;
+      default:
+        return real(iov, n);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("controller: the file tier under I/O faults, with loads, backups and prefetches on several threads",
+          "[cpu][controller][file][faults]")
+{
+  // Random engine loops over a real file_store on two drives (directories) whose system calls fail
+  // (EIO, ENOSPC, short and torn transfers), and in half the sequences one drive goes away halfway
+  // (every call on its files fails). Beside the engine's thread, one thread polls and reads stats,
+  // another evicts from every tier, so loads, backups, demotions and prefetches are in flight from
+  // several threads. Every page the engine reads is checked against the content function: a failed
+  // record is a miss, never wrong bytes; the index's invariants (no slot leaked: every allocated
+  // file slot is one the index holds) hold after every step, and nothing is left pending.
+  namespace fs = std::filesystem;
+  fs::path const dir = fs::temp_directory_path() / ("strata_controller_faults_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  io_faults faults;
+  loop_disk_directory = dir.string();
+  loop_disk_options = {};
+  loop_disk_options.directories = {(dir / "d0").string(), (dir / "d1").string()};
+  loop_disk_options.max_io_bytes = 1;  // a call per record: more calls to fail
+  loop_disk_options.io.context = &faults;
+  loop_disk_options.io.preadv = [](void* c, int fd, iovec const* iov, int n, off_t at) {
+    return io_faults::transfer(c, fd, iov, n, at, false);
+  };
+  loop_disk_options.io.pwritev = [](void* c, int fd, iovec const* iov, int n, off_t at) {
+    return io_faults::transfer(c, fd, iov, n, at, true);
+  };
+  bool const quick = std::getenv("STRATA_TEST_QUICK") != nullptr;
+  int const sequences = quick ? 40 : 240;
+  std::int64_t checked = 0, failed_loads = 0, discarded = 0;
+  for (int seq = 0; seq < sequences; ++seq) {
+    INFO("sequence " << seq);
+    write_policy const policy = seq % 3 == 0   ? write_policy::write_through
+                                : seq % 3 == 1 ? write_policy::write_back
+                                               : write_policy::write_through_selective;
+    faults.on = false;
+    faults.drive_gone = false;
+    engine_run<disk_loop_policies> e{std::uint64_t(seq) * 104729 + 3, 24 + std::int64_t(seq % 24),
+                                     4 + std::int64_t(seq % 8), policy, seq % 2 == 0};  // a small host: traffic below
+    {
+      std::lock_guard lock{faults.m};
+      faults.gone.clear();
+      for (auto const& p : loop_disk->paths()) {
+        struct stat st{};
+        if (p.find("/d1/") != std::string::npos && ::stat(p.c_str(), &st) == 0) { faults.gone.insert({st.st_dev, st.st_ino}); }
+      }
+    }
+    faults.on = true;
+    std::atomic<bool> stop{false};
+    std::thread poller{[&] {
+      while (!stop.load()) {
+        (void)e.cache.poll();
+        (void)e.cache.stats();
+      }
+    }};
+    std::thread evictor{[&] {
+      std::mt19937_64 r{std::uint64_t(seq) + 99};
+      while (!stop.load()) {
+        tier const t = r() % 3 == 0 ? tier::device : r() % 2 == 0 ? tier::host : tier::file;
+        (void)e.cache.evict(t, std::int64_t(1 + r() % 4));
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }};
+    std::int64_t const steps = 300;
+    for (std::int64_t i = 0; i < steps; ++i) {
+      if (i == steps / 2 && seq % 2 == 1) { faults.drive_gone = true; }
+      e.step();
+    }
+    stop = true;
+    poller.join();
+    evictor.join();
+    // Drain: everything started finishes, everything releases, nothing leaks (faults still on).
+    for (int round = 0; round < 400 && !e.live.empty(); ++round) {
+      e.batch();
+      e.finish_one();
+      (void)e.cache.poll();
+      for (auto& [id, r] : e.live) {
+        if (r.running) {
+          e.cache.release(request_id{id});
+          e.live.erase(id);
+          break;
+        }
+      }
+      e.check();
+    }
+    for (auto& [id, r] : e.live) {
+      e.cache.release(request_id{id});
+    }
+    e.live.clear();
+    settle(e.cache);
+    e.check();
+    CHECK(e.cache.pending_submissions() == 0);
+    CHECK(e.cache.live_requests() == 0);
+    checked += e.checked_pages;
+    failed_loads += e.failed_loads;
+    discarded += e.cache.stats().discarded_pages;
+  }
+  loop_disk.reset();
+  loop_disk_options = {};
+  fs::remove_all(dir);
+  WARN("I/O calls " << faults.calls.load() << ", faults injected " << faults.injected.load() << "; pages checked "
+                    << checked << ", requests sent back by failed loads " << failed_loads
+                    << ", record pages discarded " << discarded);
+  CHECK(faults.calls.load() >= (quick ? 1000u : 8000u));
+  CHECK(faults.injected.load() > 0);
+  CHECK(checked > 1000);
+  CHECK(failed_loads > 0);
+  CHECK(discarded > 0);
 }
