@@ -5,7 +5,8 @@
 #   1. build/       the default configuration: every test, example and benchmark builds; the CUDA
 #                   parts too when nvcc is found. ctest runs all tests; [gpu] tests skip without a GPU.
 #   2. build-asan/  host-only, with AddressSanitizer and UndefinedBehaviorSanitizer: the [cpu] tests.
-#   3. build-tsan/  host-only, with ThreadSanitizer: the cache controller's tests (a polling thread).
+#   3. build-tsan/  host-only, with ThreadSanitizer: the cache controller's tests (polling, evicting
+#                   and record threads), the file store's transfers from several threads.
 #   4. the Python package (python/, scripts/test_python.sh): built, installed with pip, its pytest
 #      suite and example; PyTorch and transformers are not installed for it here (set
 #      STRATA_PYTHON_TORCH=1 to install them and run the transformers tests too; STRATA_SKIP_PYTHON=1
@@ -29,11 +30,13 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSTRATA_ENABLE_CUDA=OFF -DSTR
 cmake --build build-asan -j "$jobs"
 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L cpu -E '^package' "$@"
 
-# 3. build-tsan/: the cache controller's concurrent calls under ThreadSanitizer.
+# 3. build-tsan/: the cache controller's concurrent calls, and the file store's transfers from
+#    several threads, under ThreadSanitizer.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_ENABLE_CUDA=OFF -DSTRATA_SANITIZE_THREAD=ON \
   -DSTRATA_BUILD_BENCHMARKS=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_BUILD_TOOLS=OFF
-cmake --build build-tsan -j "$jobs" --target test_controller
+cmake --build build-tsan -j "$jobs" --target test_controller test_file_store
 ctest --test-dir build-tsan --output-on-failure -R '^test_controller$'
+STRATA_TEST_QUICK=1 build-tsan/tests/test_file_store '[threads]'
 
 # 4. The Python binding.
 if [ "${STRATA_SKIP_PYTHON:-0}" != 1 ]; then
