@@ -1713,7 +1713,9 @@ TEST_CASE("controller: the file tier under I/O faults, with loads, backups and p
       faults.gone.clear();
       for (auto const& p : loop_disk->paths()) {
         struct stat st{};
-        if (p.find("/d1/") != std::string::npos && ::stat(p.c_str(), &st) == 0) { faults.gone.insert({st.st_dev, st.st_ino}); }
+        if (p.find("/d1/") != std::string::npos && ::stat(p.c_str(), &st) == 0) {
+          faults.gone.insert({st.st_dev, st.st_ino});
+        }
       }
     }
     faults.on = true;
@@ -1770,8 +1772,8 @@ TEST_CASE("controller: the file tier under I/O faults, with loads, backups and p
   loop_disk_options = {};
   fs::remove_all(dir);
   WARN("I/O calls " << faults.calls.load() << ", faults injected " << faults.injected.load() << "; pages checked "
-                    << checked << ", requests sent back by failed loads " << failed_loads
-                    << ", record pages discarded " << discarded);
+                    << checked << ", requests sent back by failed loads " << failed_loads << ", record pages discarded "
+                    << discarded);
   CHECK(faults.calls.load() >= (quick ? 1000u : 8000u));
   CHECK(faults.injected.load() > 0);
   CHECK(checked > 1000);

@@ -1134,7 +1134,8 @@ TEST_CASE("file_store under faults with transfers in flight from several threads
     std::int64_t const ops_each = total_ops / 2 / threads;
     auto worker = [&](int t) {
       std::mt19937_64 rng{std::uint64_t(t) * 7 + std::uint64_t(one_in)};
-      std::vector<std::optional<std::uint64_t>> ref(static_cast<std::size_t>(per_thread));  // own slots: last acknowledged
+      std::vector<std::optional<std::uint64_t>> ref(
+          static_cast<std::size_t>(per_thread));  // own slots: last acknowledged
       std::uint64_t next_key = (std::uint64_t(t) + 1) << 40;
       struct flight {
         io_ticket ticket;
@@ -1158,8 +1159,8 @@ TEST_CASE("file_store under faults with transfers in flight from several threads
           }
           if (!x.on_shared) { busy[std::size_t(local)] = false; }
           if (!intact[k]) { continue; }
-          std::uint64_t const want =
-              x.on_shared ? shared_keys[std::size_t(x.slots[k] - threads * per_thread)] : ref[std::size_t(local)].value_or(0);
+          std::uint64_t const want = x.on_shared ? shared_keys[std::size_t(x.slots[k] - threads * per_thread)]
+                                                 : ref[std::size_t(local)].value_or(0);
           bool const known = x.on_shared || ref[std::size_t(local)].has_value();
           if (!known || !matches(x.buf->ptr[k], small.page_bytes(), want)) { wrong.fetch_add(1); }
         }
@@ -1195,7 +1196,8 @@ TEST_CASE("file_store under faults with transfers in flight from several threads
               x.keys.push_back(next_key++);
               fill(x.buf->ptr[k], small.page_bytes(), x.keys.back());
             }
-            x.ticket = s.submit_write(x.slots, std::vector<std::byte const*>(x.buf->ptr.begin(), x.buf->ptr.end()), x.keys);
+            x.ticket =
+                s.submit_write(x.slots, std::vector<std::byte const*>(x.buf->ptr.begin(), x.buf->ptr.end()), x.keys);
           } else {
             x.ticket = s.submit_read(x.slots, x.buf->ptr, {});
           }
@@ -1250,8 +1252,8 @@ TEST_CASE("file_store under faults with transfers in flight from several threads
     for (std::int64_t i = 0; i < n; ++i) {
       REQUIRE(matches(back.ptr[static_cast<std::size_t>(i)], small.page_bytes(), keys[static_cast<std::size_t>(i)]));
     }
-    std::printf("faults on %d threads (1 in %d): %lld operations, %lld faults, %lld reads served, %lld missed\n", threads,
-                one_in, (long long)ops.load(), (long long)f.injected.load(), (long long)served.load(),
+    std::printf("faults on %d threads (1 in %d): %lld operations, %lld faults, %lld reads served, %lld missed\n",
+                threads, one_in, (long long)ops.load(), (long long)f.injected.load(), (long long)served.load(),
                 (long long)missed.load());
   }
 }
