@@ -193,7 +193,14 @@ int main(int argc, char** argv)
         bad += page_ok(pool, r.prompt, p, table[std::size_t(p)]) ? 0 : 1;
         ++checked;
       }
-      (void)cache.finish_prefill(it.id);
+      // Pages the table now shares with another batch's load must have landed before decoding
+      // reads them; if that load failed they hold garbage: release and submit the turn again.
+      if (!wait_after(cache.finish_prefill(it.id))) {
+        cache.release(it.id);
+        busy[std::size_t(r.conversation)] = false;
+        live.erase(id);
+        continue;
+      }
       double const ttft_ms = std::chrono::duration<double, std::milli>(clock_type::now() - r.submitted).count();
       std::printf(
           "request %3llu  doc %d turn %d: %5zu prompt tokens, cached pages device %3lld host %3lld, "

@@ -177,8 +177,15 @@ int main()
       checked += cached.size();
       for (auto const& it : loads.ran) {
         if (!it.last_chunk) { continue; }
-        (void)cache.finish_prefill(it.id, stream.get());  // backups start after the compute on `stream`
-        cache.release(it.id, {}, stream.get());           // (decode would run here)
+        // Backups start after the compute on `stream`; decode reads the table only once the loads
+        // still filling pages it shares with another batch landed (false: they failed, the pages
+        // hold garbage: release the request and submit it again).
+        bool const ok = wait_after(cache.finish_prefill(it.id, stream.get()), stream.get());
+        cache.release(it.id, {}, stream.get());  // (decode would run here)
+        if (!ok) {
+          cache.submit({it.id, prompts.at(it.id.value), 0, 16}, stream.get());
+          continue;
+        }
         prompts.erase(it.id.value);
         ++served;
       }

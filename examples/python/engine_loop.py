@@ -59,7 +59,9 @@ def main(quick: bool) -> int:
                 ok = all((k[l][table[p] * pt:(table[p] + 1) * pt] == val).all() for l in range(g.layers))
                 bad += 0 if ok else 1
                 checked += 1
-            cache.finish_prefill(rid)
+            if not cache.wait_after(cache.finish_prefill(rid)):  # a load filling its table failed
+                cache.release(rid)  # its pages hold garbage: a real engine submits it again
+                continue
             ms = (time.perf_counter() - start) * 1e3
             print(f"request {rid:2d} doc {d} turn {turn + 1}: {len(prompt):5d} tokens, cached pages "
                   f"device {st.cached_pages[0]:3d} host {st.cached_pages[1]:3d}, computed "

@@ -71,7 +71,7 @@ class controller_api {
   virtual std::vector<std::int64_t> page_table(request_id id) const = 0;
   virtual prefill_info finish_prefill(request_id id, std::uintptr_t stream) = 0;
   /// @brief Makes `stream` wait for the loads a finished prefill's page table still depends on.
-  virtual void wait_after(prefill_info const& r, std::uintptr_t stream) = 0;
+  virtual bool wait_after(prefill_info const& r, std::uintptr_t stream) = 0;
   virtual void release(request_id id, std::span<std::int32_t const> cache_tokens, std::uintptr_t stream) = 0;
   virtual std::int64_t evict(tier t, std::int64_t pages, std::uintptr_t stream) = 0;
   virtual match_result probe(std::span<std::int32_t const> tokens) const = 0;

@@ -73,10 +73,10 @@ class controller_impl final : public controller_api {
     out.native = std::move(r);
     return out;
   }
-  void wait_after(prefill_info const& r, std::uintptr_t stream) override
+  bool wait_after(prefill_info const& r, std::uintptr_t stream) override
   {
     STRATA_EXPECTS(r.owner == this && r.native != nullptr, "wait_after: the result belongs to another controller");
-    Hooks::wait_after(*static_cast<prefill_type const*>(r.native.get()), stream);
+    return Hooks::wait_after(*static_cast<prefill_type const*>(r.native.get()), stream);
   }
   void release(request_id id, std::span<std::int32_t const> cache_tokens, std::uintptr_t stream) override
   { c_.release(id, cache_tokens, Hooks::to_stream(stream)); }
@@ -147,8 +147,8 @@ struct host_hooks {
     return true;
   }
   template <class Result>
-  static void wait_after(Result const&, std::uintptr_t stream)
-  { (void)to_stream(stream); }
+  static bool wait_after(Result const& r, std::uintptr_t stream)
+  { return strata::wait_after(r, to_stream(stream)); }
   static void set_activity(cpu_executor&, int, double) {}
   static void synchronize(cpu_executor& e) { e.synchronize(); }
   static executor_stats stats(cpu_executor const&) { return {}; }

@@ -20,12 +20,8 @@ struct gpu_hooks {
   static bool wait_layer(gpu_executor const&, load_handle<transfer_handle> const& h, std::int64_t layer,
                          std::uintptr_t stream)
   { return strata::wait_layer(h, layer, to_stream(stream)); }
-  static void wait_after(prefill_result<transfer_handle> const& r, std::uintptr_t stream)
-  {
-    for (auto const& h : r.after) {
-      if (h.valid() && !h.failed()) { h.wait(to_stream(stream)); }
-    }
-  }
+  static bool wait_after(prefill_result<transfer_handle> const& r, std::uintptr_t stream)
+  { return strata::wait_after(r, to_stream(stream)); }
   static void set_activity(gpu_executor& e, int activity, double compute_ms)
   { e.set_activity(gpu_activity(activity), compute_ms); }
   static void synchronize(gpu_executor& e) { e.synchronize(); }

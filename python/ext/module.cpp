@@ -1029,8 +1029,10 @@ void bind_controller(nb::module_& m)
           "finish_prefill", [](P& p, std::uint64_t id, std::uintptr_t s) { return p.get().finish_prefill({id}, s); },
           "id"_a, "stream"_a = 0, release_gil())
       .def(
-          "wait_after", [](P& p, prefill_info const& r, std::uintptr_t s) { p.get().wait_after(r, s); }, "result"_a,
-          "stream"_a = 0, release_gil())
+          "wait_after", [](P& p, prefill_info const& r, std::uintptr_t s) { return p.get().wait_after(r, s); },
+          "result"_a, "stream"_a = 0, release_gil(),
+          "Makes the stream wait for the loads still filling pages the finished request's page table points "
+          "at (`result.after`); False when one failed: `failed(id)` is then True, release and resubmit.")
       .def(
           "release",
           [](P& p, std::uint64_t id, std::optional<token_ids> const& tokens, std::uintptr_t s) {

@@ -162,7 +162,8 @@ def test_layer_first_pool(geo):
     c.submit(1, list(range(33)))
     loads = c.begin_loads(c.schedule())
     assert [it.id for it in loads.ran] == [1]
-    c.finish_prefill(1)
+    assert c.wait_after(c.finish_prefill(1)) is True  # no load fills its table
+    assert not c.failed(1)
     c.release(1, list(range(33)) + [7] * 20)  # keeps the answer's whole pages too
     c.poll()
     assert c.probe(list(range(33)) + [7] * 20).tokens == 48

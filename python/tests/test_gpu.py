@@ -49,7 +49,7 @@ def test_gpu_engine_loop_exact(force):
         k[layer].view(pages, 16, 2, 64).index_copy_(0, idx, data[layer, 0].view(8, 16, 2, 64))
         v[layer].view(pages, 16, 2, 64).index_copy_(0, idx, data[layer, 1].view(8, 16, 2, 64))
     c.complete(loads)
-    c.finish_prefill(1, stream)
+    assert c.wait_after(c.finish_prefill(1, stream), stream) is True
     c.release(1, None, stream)
     c.synchronize()
     while c.poll(stream):

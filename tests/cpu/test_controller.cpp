@@ -1330,6 +1330,99 @@ TEST_CASE("controller: a request waits for a run another computes, part recomput
   cache.check_invariants();
 }
 
+TEST_CASE("controller: a failed load under a finished request's table fails it at once", "[cpu][controller]")
+{
+  // B computes a prefix while C computes it too (no delay hits) and commits it first; the prefix
+  // moves to the host, and A loads it back. When B finishes, its table points at A's pages still
+  // arriving (`prefill_result::after`). A's load fails: B must not decode, and `failed(B)` says so
+  // at once, before any `poll` settles the load.
+  using cache_t = cache_controller<deferred_policies<layer_first>>;
+  engine_memory mem{64};
+  layer_first const pool = mem.layout(64);
+  strata_options so;
+  so.delay_hits = false;
+  cache_t cache{cache_t::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 16}}, controller_options{},
+                strata_scheduler{so}};
+  std::mt19937_64 rng{5};
+  auto land_all = [&] {
+    for (int round = 0; round < 64 && cache.pending_submissions() > 0; ++round) {
+      cache.executor().land_some(rng, 0);
+      (void)cache.poll();
+    }
+    REQUIRE(cache.pending_submissions() == 0);
+  };
+  auto start = [&](std::uint64_t id, tokens_t const& t) {
+    cache.submit({request_id{id}, t, 0, 2, 0.0});
+    auto h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
+    REQUIRE(h.started.size() == 1);
+    REQUIRE(h.started[0].id == request_id{id});
+    return h;
+  };
+  auto compute = [&](std::uint64_t id, tokens_t const& t, std::int64_t from) {
+    auto const table = cache.page_table(request_id{id});
+    for (std::int64_t p = from; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
+      write_page(pool, t, p, table[std::size_t(p)]);
+    }
+  };
+  tokens_t const prefix = doc_tokens(100, 3);
+  tokens_t const a = join(prefix, doc_tokens(4000, 0, 1)), b = join(prefix, doc_tokens(2000, 0, 1)),
+                 c = join(prefix, doc_tokens(3000, 0, 1));
+  auto hb = start(2, b);
+  compute(2, b, 0);
+  auto hc = start(3, c);
+  REQUIRE(hc.started[0].cached_pages[0] == 0);  // C computes the prefix beside B
+  compute(3, c, 0);
+  CHECK(cache.complete(hc));
+  (void)cache.finish_prefill(request_id{3});
+  cache.release(request_id{3});
+  land_all();  // C's backup reaches the host
+  (void)cache.evict(tier::device, 64);
+  land_all();
+  REQUIRE(cache.probe(a).fastest_tokens[std::size_t(tier::host)] == 3 * geo.page_tokens);
+
+  auto ha = start(4, a);
+  REQUIRE(ha.started[0].cached_pages[std::size_t(tier::host)] == 3);
+  REQUIRE(ha.transfer.has_value());
+  CHECK(cache.complete(hb));  // B's batch loaded nothing
+  auto const rb = cache.finish_prefill(request_id{2});
+  REQUIRE(rb.duplicate_positions.size() == 3);  // B's table now points at A's arriving pages
+  REQUIRE(rb.after.size() == 1);
+  CHECK_FALSE(cache.failed(request_id{2}));
+  cache.executor().land(*ha.transfer, rng, 1);  // A's load fails
+  CHECK(cache.executor().status(rb.after[0]) == copy_status::failed);
+  CHECK(cache.failed(request_id{2}));  // at once, before the controller settled the load
+  CHECK(cache.complete(ha));           // settled: it sends A back to wait and marks B failed
+  CHECK(cache.failed(request_id{2}));
+  cache.release(request_id{2});
+  cache.check_invariants();
+
+  // A starts over and reads the host's copy, the right bytes.
+  auto again = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
+  REQUIRE(again.started.size() == 1);
+  REQUIRE(again.started[0].cached_pages[std::size_t(tier::host)] == 3);
+  cache.executor().land(*again.transfer, rng, 0);
+  auto const table = cache.page_table(request_id{4});
+  for (std::int64_t p = 0; p < 3; ++p) {
+    CHECK(page_ok(pool, a, p, table[std::size_t(p)]));
+  }
+  CHECK(cache.complete(again));
+  compute(4, a, 3);
+  CHECK(cache.finish_prefill(request_id{4}).after.empty());
+  cache.release(request_id{4});
+  land_all();
+  cache.check_invariants();
+}
+
+TEST_CASE("controller: wait_after reports a failed load the finished request's table points at", "[cpu][controller]")
+{
+  prefill_result<cpu_executor::handle_type> r;
+  CHECK(wait_after(r));  // nothing to wait for
+  r.after.push_back({});
+  CHECK(wait_after(r));  // landed
+  r.after.push_back({true, nullptr});
+  CHECK_FALSE(wait_after(r));  // failed
+}
+
 TEST_CASE("controller: pages too large for a file-tier record's header are refused before anything changes",
           "[cpu][controller][file]")
 {

@@ -204,8 +204,10 @@ class cache_controller {
   [[nodiscard]] std::int64_t device_pages_available() const;
   /// @brief Requests in the waiting list (not started, or with prompt chunks left).
   [[nodiscard]] std::size_t waiting() const;
-  /// @brief Whether a load the request had already computed on failed: its output is wrong and it
-  ///        should be aborted (`release`) and resubmitted. @throw strata::invalid_argument for an unknown request
+  /// @brief Whether a load the request had already computed on failed, or a load still filling pages
+  ///        its page table points at after `finish_prefill` (`prefill_result::after`, the moment
+  ///        `wait_after` returns false): its output is wrong and it should be aborted (`release`)
+  ///        and resubmitted. @throw strata::invalid_argument for an unknown request
   [[nodiscard]] bool failed(request_id id) const;
   /// @brief Live requests (submitted, not released).
   [[nodiscard]] std::size_t live_requests() const;

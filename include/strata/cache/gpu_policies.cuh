@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * @file cache/gpu_policies.cuh
- * @brief The bundle of a GPU engine (`gpu_policies`) and the GPU `wait_layer`: what an engine names
+ * @brief The bundle of a GPU engine (`gpu_policies`) and the GPU `wait_layer` and `wait_after`: what an engine names
  *        to run `cache_controller` on CUDA.
  *
  * ```
@@ -24,6 +24,7 @@
 #include <cuda/stream_ref>
 
 #include <cstdint>
+#include <optional>
 
 namespace strata {
 
@@ -45,6 +46,26 @@ struct gpu_policies {
 static_assert(cache_policies<gpu_policies<layer_first>>);
 static_assert(cache_policies<gpu_policies<layer_first, strata_scheduler, file_store&>>);
 
+namespace detail {
+/// Makes `stream` wait for `layer` of `h` (none: all of it); false when `h` failed.
+inline bool wait_transfer(transfer_handle const& h, std::optional<std::int64_t> layer, cuda::stream_ref stream)
+{
+  if (!h.valid()) { return true; }  // nothing in flight (copies the executor finished on its thread)
+  if (h.failed()) { return false; }
+  try {
+    if (layer) {
+      h.wait_layer(*layer, stream);
+    } else {
+      h.wait(stream);
+    }
+  } catch (...) {
+    if (h.failed()) { return false; }  // enqueueing failed on the submit thread meanwhile
+    throw;
+  }
+  return true;
+}
+}  // namespace detail
+
 /**
  * @brief Makes `stream` wait until `layer` of a batch's loads has landed, and of the earlier loads
  *        still filling pages the batch reads (`load_handle::after`); nothing to wait for when there
@@ -55,21 +76,26 @@ static_assert(cache_policies<gpu_policies<layer_first, strata_scheduler, file_st
  */
 inline bool wait_layer(load_handle<transfer_handle> const& loads, std::int64_t layer, cuda::stream_ref stream)
 {
-  auto wait_one = [&](transfer_handle const& h) {
-    if (!h.valid()) { return true; }  // nothing in flight (copies the executor finished on its thread)
-    if (h.failed()) { return false; }
-    try {
-      h.wait_layer(layer, stream);
-    } catch (...) {
-      if (h.failed()) { return false; }  // enqueueing failed on the submit thread meanwhile
-      throw;
-    }
-    return true;
-  };
   for (auto const& h : loads.after) {
-    if (!wait_one(h)) { return false; }
+    if (!detail::wait_transfer(h, layer, stream)) { return false; }
   }
-  return !loads.transfer || wait_one(*loads.transfer);
+  return !loads.transfer || detail::wait_transfer(*loads.transfer, layer, stream);
+}
+
+/**
+ * @brief Makes `stream` wait for the loads still filling pages the finished request's page table
+ *        now points at (`prefill_result::after`: duplicates swapped for pages another batch is
+ *        loading). Call it before anything on `stream` reads the table (decode).
+ * @return false when one of them failed: those pages hold garbage, `failed(id)` is already true;
+ *         release the request and submit it again
+ * @throw strata::cuda_error from CUDA
+ */
+inline bool wait_after(prefill_result<transfer_handle> const& r, cuda::stream_ref stream)
+{
+  for (auto const& h : r.after) {
+    if (!detail::wait_transfer(h, std::nullopt, stream)) { return false; }
+  }
+  return true;
 }
 
 }  // namespace strata

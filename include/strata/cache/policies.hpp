@@ -2,7 +2,8 @@
 /**
  * @file cache/policies.hpp
  * @brief What a `cache_controller` is composed of: the `cache_policies` concept (tiers, scheduler,
- *        executor), the bundle of a CPU engine (`cpu_policies`), and the CPU `wait_layer`.
+ *        executor), the bundle of a CPU engine (`cpu_policies`), and the CPU `wait_layer` and
+ *        `wait_after`.
  *
  * A bundle names three types; the controller owns one of each. GPU engines use `gpu_policies`
  * (`cache/gpu_policies.cuh`), the simulator `sim::sim_policies`.
@@ -51,6 +52,13 @@ struct cpu_policies {
 };
 static_assert(cache_policies<cpu_policies<layer_first>>);
 
+namespace detail {
+/// Whether a `cpu_executor` submission landed, waiting for records read in place on a store's I/O
+/// queues that may still be moving.
+inline bool cpu_landed(cpu_executor::handle_type const& h)
+{ return !h.failed && (!h.io || h.io->poll(true) == io_status::succeeded); }
+}  // namespace detail
+
 /**
  * @brief The CPU engine's counterpart of the GPU `wait_layer` (`cache/gpu_policies.cuh`), so that
  *        engine code reads alike on both: it returns once the batch's loads landed (`cpu_executor`
@@ -62,11 +70,18 @@ inline bool wait_layer(load_handle<cpu_executor::handle_type> const& loads, std:
                        cpu_executor::stream_type = {})
 {
   STRATA_EXPECTS(layer >= 0, "wait_layer: layer must not be negative, got ", layer);
-  // Records read in place on a store's I/O queues may still be moving: wait for them.
-  auto const ok = [](cpu_executor::handle_type const& h) {
-    return !h.failed && (!h.io || h.io->poll(true) == io_status::succeeded);
-  };
+  auto const ok = detail::cpu_landed;
   return std::all_of(loads.after.begin(), loads.after.end(), ok) && (!loads.transfer || ok(*loads.transfer));
 }
+
+/**
+ * @brief The CPU engine's counterpart of the GPU `wait_after`: returns once the loads still filling
+ *        pages the finished request's page table points at (`prefill_result::after`) landed. Call it
+ *        before reading the table (decode).
+ * @return false when one of them failed: those pages hold garbage, `failed(id)` is already true;
+ *         release the request and submit it again
+ */
+inline bool wait_after(prefill_result<cpu_executor::handle_type> const& r, cpu_executor::stream_type = {})
+{ return std::all_of(r.after.begin(), r.after.end(), detail::cpu_landed); }
 
 }  // namespace strata

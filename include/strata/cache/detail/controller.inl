@@ -357,7 +357,14 @@ template <cache_policies Policies>
 bool cache_controller<Policies>::failed(request_id id) const
 {
   std::lock_guard lock{m_};
-  return live(id, "failed").failed;
+  state const& s = live(id, "failed");
+  if (s.failed) { return true; }
+  // A load filling the prefix of a running request (`prefill_result::after`) that failed and was
+  // not settled yet (`complete`/`poll` will mark the request): failed already.
+  if (s.at != stage::running) { return false; }
+  auto const filling = log_.loads_filling(s.prefix);
+  return std::any_of(filling.begin(), filling.end(),
+                     [&](auto const& h) { return executor_.status(h) == copy_status::failed; });
 }
 
 template <cache_policies Policies>
