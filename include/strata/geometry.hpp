@@ -54,8 +54,8 @@ struct kv_geometry {
   /**
    * @brief Checks every field and every derived size.
    * @throw strata::invalid_argument naming the field and its value: a field that is zero or
-   *        negative, `planes` other than 1 or 2, a size that overflows 64 bits, or a block that is
-   *        not a multiple of 16 bytes.
+   *        negative, `planes` other than 1 or 2, `elem_bytes` other than 1, 2, 4 or 8, a size that overflows 64 bits,
+   * or a block that is not a multiple of 16 bytes.
    */
   void validate() const
   {
@@ -70,6 +70,8 @@ struct kv_geometry {
     positive(planes, "planes");
     STRATA_EXPECTS(planes == 1 || planes == 2, "kv_geometry: planes must be 1 (MLA latent) or 2 (K and V), got ",
                    planes);
+    STRATA_EXPECTS(elem_bytes == 1 || elem_bytes == 2 || elem_bytes == 4 || elem_bytes == 8,
+                   "kv_geometry: elem_bytes must be 1 (fp8), 2 (bf16, fp16), 4 (fp32) or 8, got ", elem_bytes);
     auto const head = detail::checked_mul(head_dim, elem_bytes);
     auto const row = head ? detail::checked_mul(*head, kv_heads) : std::nullopt;
     auto const block = row ? detail::checked_mul(*row, page_tokens) : std::nullopt;

@@ -18,6 +18,7 @@
 #include <strata/layout/page_first.hpp>
 #include <strata/transfer/copy_plan.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -76,6 +77,7 @@ struct array_place {
   int device_id = 0;
   std::uint8_t dtype_code = 0;
   std::uint8_t dtype_bits = 0;
+  std::size_t bytes = 0;
 };
 
 /**
@@ -136,7 +138,7 @@ inline array_place check_array(nb::ndarray<> const& a, std::string const& what, 
   }
   auto* const p = static_cast<std::byte*>(a.data_handle()) + a.byte_offset();
   if (p == nullptr) { raise_value(what, ": the array has no data"); }
-  return {p, dev, a.device_id(), dt.code, dt.bits};
+  return {p, dev, a.device_id(), dt.code, dt.bits, a.nbytes()};
 }
 
 /**
@@ -209,6 +211,19 @@ inline void check_same(std::vector<array_place> const& places, std::string const
     }
     if (places[i].dtype_code != places[0].dtype_code || places[i].dtype_bits != places[0].dtype_bits) {
       raise_type(what, ": array ", i, " has another element type than array 0");
+    }
+  }
+  // Two arrays over the same memory (K passed as V, views of one tensor) would overwrite each other.
+  std::vector<std::size_t> order(places.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return places[a].data < places[b].data; });
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    array_place const &lo = places[order[k - 1]], &hi = places[order[k]];
+    if (hi.data < lo.data + lo.bytes) {
+      raise_value(what, ": arrays ", std::min(order[k - 1], order[k]), " and ", std::max(order[k - 1], order[k]),
+                  " share memory (the same tensor, or views of one): each must have its own");
     }
   }
 }

@@ -129,6 +129,11 @@ def test_rejections_change_nothing(geo):
         c.submit(1, list(range(20)))
     with pytest.raises(ValueError, match="at least one token"):
         c.submit(2, list(range(20)), max_new_tokens=0)
+    with pytest.raises(ValueError, match="prompt_tokens must not be negative"):
+        c.submit(2, list(range(20)), prompt_tokens=-5)
+    with pytest.raises(ValueError, match="arrival_s must be finite and not negative, got nan"):
+        c.submit(2, list(range(20)), arrival_s=float("nan"))
+    assert c.live_requests() == 1 and c.waiting() == 1
     with pytest.raises(ValueError, match="unknown or released"):
         c.page_table(99)
     with pytest.raises(ValueError, match="has not started"):

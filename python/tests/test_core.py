@@ -41,6 +41,8 @@ def test_errors_map_to_python_exceptions():
         strata.kv_geometry(0, 16, 2, 16)
     with pytest.raises(ValueError):  # InvalidArgument is a ValueError ...
         strata.kv_geometry(2, 16, 2, 16, planes=3)
+    with pytest.raises(ValueError, match="elem_bytes must be 1 \\(fp8\\), 2 \\(bf16, fp16\\), 4 \\(fp32\\) or 8, got 3"):
+        strata.kv_geometry(2, 16, 2, 16, elem_bytes=3)
     assert issubclass(strata.InvalidArgument, strata.Error)  # ... and a strata.Error
     assert issubclass(strata.Error, RuntimeError)
     assert issubclass(strata.OutOfMemory, MemoryError)
@@ -73,6 +75,13 @@ def test_layout_checks(geo):
         strata.layer_first(np.zeros(100, np.float16).reshape(-1, 4)[:, :4].copy(), strata.kv_geometry(2, 16, 2, 4))
     with pytest.raises(ValueError, match="expected 2 K and 2 V arrays"):
         strata.sglang_layout(ok[:2], ok[:1], geo)
+    # K passed as V, or views of one array, would overwrite each other's pages.
+    with pytest.raises(ValueError, match="arrays 0 and 1 share memory"):
+        strata.sglang_layout(ok[:2], ok[:2], geo)
+    big = np.zeros((rows + 16, 2, 16), np.float16)
+    with pytest.raises(ValueError, match="arrays 1 and 2 share memory"):
+        strata.layer_first_table([ok[0], big[:rows], big[16:], ok[3]], geo)
+    assert strata.layer_first_table([ok[0], ok[1], np.zeros_like(ok[2]), ok[3]], geo).num_pages == pages
     with pytest.raises(ValueError, match="expected shape"):
         strata.hf_layout([np.zeros((1, 3, 32, 16), np.float16)] * 2, [np.zeros((1, 3, 32, 16), np.float16)] * 2, geo)
     with pytest.raises(ValueError, match="num_pages must be positive"):
@@ -144,8 +153,9 @@ def test_copy_plan_rejections(geo):
     with pytest.raises(ValueError, match="layer range"):
         strata.host_copy(a, b, [(0, 0)], layers=(1, 1))
     other = strata.kv_geometry(2, 16, 2, 16, planes=2, elem_bytes=2)
-    k = [np.zeros((64, 1, 16), np.float16)] * 2
-    c = strata.sglang_layout(k, k, strata.kv_geometry(2, 16, 1, 16))
+    k = [np.zeros((64, 1, 16), np.float16) for _ in range(2)]
+    v = [np.zeros((64, 1, 16), np.float16) for _ in range(2)]
+    c = strata.sglang_layout(k, v, strata.kv_geometry(2, 16, 1, 16))
     with pytest.raises(ValueError, match="geometry"):
         strata.host_copy(a, c, [(0, 0)])
     with pytest.raises(TypeError, match="expected a strata layout"):

@@ -18,8 +18,9 @@ def test_gpu_controller_rejects_cpu_pools():
         return
     g = strata.kv_geometry(2, 16, 2, 16, 2, 2)
     k = [torch.zeros(64, 2, 16, dtype=torch.float16) for _ in range(2)]
+    v = [torch.zeros(64, 2, 16, dtype=torch.float16) for _ in range(2)]
     with pytest.raises(ValueError, match="must be CUDA tensors"):
-        strata.gpu_controller(strata.sglang_layout(k, k, g), 8)
+        strata.gpu_controller(strata.sglang_layout(k, v, g), 8)
     with pytest.raises(TypeError, match="layer_first_table"):
         strata.gpu_controller(object(), 8)
 
@@ -174,7 +175,8 @@ def test_gpu_copier_moves_scattered_pages_exactly_with_copies_in_flight(backend)
 def test_gpu_copier_rejections_change_nothing():
     g = strata.kv_geometry(2, 16, 2, 64, 2, 2)
     k = [torch.zeros(64, 2, 64, dtype=torch.int16, device="cuda") for _ in range(2)]
-    pool = strata.sglang_layout(k, k, g)
+    v = [torch.zeros(64, 2, 64, dtype=torch.int16, device="cuda") for _ in range(2)]
+    pool = strata.sglang_layout(k, v, g)
     with pytest.raises(ValueError, match="unknown backend"):
         strata.gpu_copier("warp_drive")
     with pytest.raises(ValueError, match="page_first"):

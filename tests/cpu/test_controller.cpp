@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
@@ -697,6 +698,12 @@ TEST_CASE("controller: bad input is rejected and changes nothing", "[cpu][contro
   STRATA_REQUIRE_THROWS(invalid_argument, "no tokens", e.cache.submit({request_id{2}, {}, 0, 2, 0.0}));
   STRATA_REQUIRE_THROWS(invalid_argument, "at least one token", e.cache.submit({request_id{2}, t, 0, 0, 0.0}));
   STRATA_REQUIRE_THROWS(invalid_argument, "prompt tokens", e.cache.submit({request_id{2}, t, 3, 1, 0.0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "prompt_tokens must not be negative",
+                        e.cache.submit({request_id{2}, t, -1, 1, 0.0}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "arrival_s must be finite and not negative",
+                        e.cache.submit({request_id{2}, t, 0, 1, std::nan("")}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "arrival_s must be finite and not negative, got -1",
+                        e.cache.submit({request_id{2}, t, 0, 1, -1.0}));
   STRATA_REQUIRE_THROWS(invalid_argument, "token budget", (void)e.cache.schedule({0, 0, 0, 0}));
   STRATA_REQUIRE_THROWS(invalid_argument, "unknown or released", (void)e.cache.page_table(request_id{9}));
   STRATA_REQUIRE_THROWS(invalid_argument, "has not started", (void)e.cache.page_table(request_id{1}));

@@ -57,6 +57,11 @@ TEST_CASE("geometry validation names the field and value", "[cpu][geometry]")
                         with(&kv_geometry::planes, 0).validate());
   STRATA_REQUIRE_THROWS(strata::invalid_argument, "planes must be 1 (MLA latent) or 2 (K and V), got 3",
                         with(&kv_geometry::planes, 3).validate());
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "elem_bytes must be 1 (fp8), 2 (bf16, fp16), 4 (fp32) or 8, got 3",
+                        with(&kv_geometry::elem_bytes, 3).validate());
+  for (std::int64_t const e : {1, 2, 4, 8}) {
+    REQUIRE_NOTHROW(with(&kv_geometry::elem_bytes, e).validate());
+  }
 }
 
 TEST_CASE("geometry validation rejects 64-bit overflow", "[cpu][geometry]")

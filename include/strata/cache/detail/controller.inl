@@ -54,6 +54,10 @@ void cache_controller<Policies>::submit(cache_request const& r, stream_type stre
                  " has no tokens (page-id mode needs prompt_tokens)");
   STRATA_EXPECTS(r.max_new_tokens >= 1, "cache_controller::submit: request ", r.id.value,
                  " must generate at least one token, got ", r.max_new_tokens);
+  STRATA_EXPECTS(r.prompt_tokens >= 0, "cache_controller::submit: request ", r.id.value,
+                 ": prompt_tokens must not be negative (0: the token ids' count), got ", r.prompt_tokens);
+  STRATA_EXPECTS(std::isfinite(r.arrival_s) && r.arrival_s >= 0, "cache_controller::submit: request ", r.id.value,
+                 ": arrival_s must be finite and not negative, got ", r.arrival_s);
   std::int64_t const whole = by_page ? ids : ids / page_tokens();
   STRATA_EXPECTS(whole <= prompt / page_tokens() && (by_page || prompt == ids), "cache_controller::submit: request ",
                  r.id.value, " has ", prompt, " prompt tokens for ", ids, by_page ? " page ids" : " token ids");
