@@ -149,6 +149,27 @@ struct records {
   }
 };
 
+/// Writes slots [0, n) of `s` with payloads keyed `first_key`, `first_key + 1`, ..., reads them
+/// back and requires every byte: the store serves each slot again (after faults stopped).
+void write_and_read_back(file_store& s, std::int64_t n, std::uint64_t first_key)
+{
+  std::int64_t const bytes = s.geometry().page_bytes();
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
+  std::iota(slots.begin(), slots.end(), std::int64_t{0});
+  records all{n, bytes};
+  std::vector<std::uint64_t> keys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    keys.push_back(first_key + std::uint64_t(i));
+    fill(all.ptr[static_cast<std::size_t>(i)], bytes, keys.back());
+  }
+  REQUIRE(s.write(slots, std::vector<std::byte const*>(all.ptr.begin(), all.ptr.end()), keys));
+  records back{n, bytes};
+  REQUIRE(s.read(slots, back.ptr, keys));
+  for (std::int64_t i = 0; i < n; ++i) {
+    REQUIRE(matches(back.ptr[static_cast<std::size_t>(i)], bytes, keys[static_cast<std::size_t>(i)]));
+  }
+}
+
 /// Fault injection through the store's io_backend: one call in `one_in` fails (EIO, ENOSPC, a
 /// short transfer, or a torn one: part of the bytes moved, then EIO).
 struct fault_injector {
@@ -1063,20 +1084,7 @@ TEST_CASE("file_store under injected I/O faults never serves wrong bytes and rec
     CHECK(f.injected.load() > 0);
     // Faults stop: every slot can be written and read again.
     f.on = false;
-    std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
-    std::iota(slots.begin(), slots.end(), std::int64_t{0});
-    records all{n, small.page_bytes()};
-    std::vector<std::uint64_t> keys;
-    for (std::int64_t i = 0; i < n; ++i) {
-      keys.push_back(next_key++);
-      fill(all.ptr[static_cast<std::size_t>(i)], small.page_bytes(), keys.back());
-    }
-    REQUIRE(s.write(slots, std::vector<std::byte const*>(all.ptr.begin(), all.ptr.end()), keys));
-    records back{n, small.page_bytes()};
-    REQUIRE(s.read(slots, back.ptr, keys));
-    for (std::int64_t i = 0; i < n; ++i) {
-      REQUIRE(matches(back.ptr[static_cast<std::size_t>(i)], small.page_bytes(), keys[static_cast<std::size_t>(i)]));
-    }
+    write_and_read_back(s, n, next_key);
   }
   std::printf(
       "faults: %lld operations, %lld faults injected, %lld reads served (all checked), %lld missed (%lld with "
@@ -1238,20 +1246,7 @@ TEST_CASE("file_store under faults with transfers in flight from several threads
     // Faults stop (the drive is back): every slot writes and reads again.
     f.on = false;
     f.drive_gone = false;
-    std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
-    std::iota(slots.begin(), slots.end(), std::int64_t{0});
-    records all{n, small.page_bytes()};
-    std::vector<std::uint64_t> keys;
-    for (std::int64_t i = 0; i < n; ++i) {
-      keys.push_back(0xFEED0000 + std::uint64_t(i));
-      fill(all.ptr[static_cast<std::size_t>(i)], small.page_bytes(), keys.back());
-    }
-    REQUIRE(s.write(slots, std::vector<std::byte const*>(all.ptr.begin(), all.ptr.end()), keys));
-    records back{n, small.page_bytes()};
-    REQUIRE(s.read(slots, back.ptr, keys));
-    for (std::int64_t i = 0; i < n; ++i) {
-      REQUIRE(matches(back.ptr[static_cast<std::size_t>(i)], small.page_bytes(), keys[static_cast<std::size_t>(i)]));
-    }
+    write_and_read_back(s, n, 0xFEED0000);
     std::printf("faults on %d threads (1 in %d): %lld operations, %lld faults, %lld reads served, %lld missed\n",
                 threads, one_in, (long long)ops.load(), (long long)f.injected.load(), (long long)served.load(),
                 (long long)missed.load());
