@@ -317,6 +317,44 @@ TEST_CASE("file_store is a record store of the file tier", "[cpu][file]")
   CHECK(strata::detail::crc32c(0, "123456789", 9) == 0xE3069283U);  // the CRC-32C check value
 }
 
+TEST_CASE("file_store's I/O threads start no write while a read runs on the drive", "[cpu][file]")
+{
+  // A drive's pool of 4 threads: a read (urgent) that takes a while, then a write posted while it
+  // runs. Threads are free, but the write must wait for the read to end: a backup then delays a
+  // load only by the writes already under way when it came.
+  std::mutex m;
+  std::condition_variable cv;
+  bool release_read = false, read_running = false;
+  std::vector<char> events;  // 'r' read started, 'R' read ended, 'w' write started
+  {
+    strata::detail::thread_pool pool{4};
+    pool.post(true, [&](int) {
+      std::unique_lock lock{m};
+      events.push_back('r');
+      read_running = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release_read; });
+      events.push_back('R');
+    });
+    {
+      std::unique_lock lock{m};
+      cv.wait(lock, [&] { return read_running; });
+    }
+    pool.post(false, [&](int) {
+      std::lock_guard lock{m};
+      events.push_back('w');
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    {
+      std::lock_guard lock{m};
+      CHECK(events == std::vector<char>{'r'});  // the write waits although 3 threads are idle
+      release_read = true;
+    }
+    cv.notify_all();
+  }  // the pool runs what is posted, then joins
+  CHECK(events == std::vector<char>{'r', 'R', 'w'});
+}
+
 TEST_CASE("CRC-32C: the hardware path (three interleaved chains) agrees with the tables", "[cpu][file]")
 {
   std::vector<unsigned char> v(200'000);

@@ -16,7 +16,9 @@
 namespace strata::detail {
 
 /// @brief Worker threads taking jobs `f(worker_index)` in order, urgent jobs (reads: someone waits
-///        for them) before the others (writes). The destructor runs every job posted, then joins.
+///        for them) before the others (writes), and no other job starting while an urgent one runs:
+///        on a drive, a read then shares the device only with the writes already under way when
+///        it came. The destructor runs every job posted, then joins.
 class thread_pool {
  public:
   /// @throw std::system_error or std::bad_alloc when a thread cannot start (those started are joined)
@@ -37,7 +39,8 @@ class thread_pool {
   ~thread_pool() { stop_and_join(); }
   /// Jobs must not throw (an exception leaving one ends the process).
   void post(std::function<void(int)> job) { post(false, std::move(job)); }
-  /// As `post`; an `urgent` job runs before every job that is not, once a worker is free.
+  /// As `post`; an `urgent` job runs before every job that is not, once a worker is free, and a job
+  /// that is not urgent waits while an urgent one runs.
   void post(bool urgent, std::function<void(int)> job)
   {
     {
@@ -64,20 +67,33 @@ class thread_pool {
   {
     for (;;) {
       std::function<void(int)> job;
+      bool urgent = false;
       {
         std::unique_lock lock{mutex_};
-        cv_.wait(lock, [&] { return stop_ || !urgent_.empty() || !jobs_.empty(); });
+        cv_.wait(lock, [&] {
+          return !urgent_.empty() || (!jobs_.empty() && urgent_running_ == 0) || (stop_ && jobs_.empty());
+        });
         if (urgent_.empty() && jobs_.empty()) { return; }  // stopping, and every job ran
-        auto& from = urgent_.empty() ? jobs_ : urgent_;
+        urgent = !urgent_.empty();
+        auto& from = urgent ? urgent_ : jobs_;
         job = std::move(from.front());
         from.pop_front();
+        urgent_running_ += urgent ? 1 : 0;
       }
       job(worker);
+      if (urgent) {
+        {
+          std::lock_guard lock{mutex_};
+          --urgent_running_;
+        }
+        cv_.notify_all();  // the jobs that waited for it
+      }
     }
   }
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void(int)>> urgent_, jobs_;
+  int urgent_running_ = 0;
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
