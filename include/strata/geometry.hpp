@@ -54,8 +54,8 @@ struct kv_geometry {
   /**
    * @brief Checks every field and every derived size.
    * @throw strata::invalid_argument naming the field and its value: a field that is zero or
-   *        negative, `planes` other than 1 or 2, `elem_bytes` other than 1, 2, 4 or 8, a size that overflows 64 bits,
-   * or a block that is not a multiple of 16 bytes.
+   *        negative, `planes` other than 1 or 2, `elem_bytes` other than 1, 2, 4 or 8, a size
+   *        that overflows 64 bits, or a block that is not a multiple of 16 bytes.
    */
   void validate() const
   {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * @file cache/gpu_policies.cuh
- * @brief The bundle of a GPU engine (`gpu_policies`) and the GPU `wait_layer` and `wait_after`: what an engine names
- *        to run `cache_controller` on CUDA.
+ * @brief The bundle of a GPU engine (`gpu_policies`) and the GPU `wait_layer` and `wait_after`:
+ *        what an engine names to run `cache_controller` on CUDA.
  *
  * ```
  * using controller = strata::cache_controller<strata::gpu_policies<strata::layer_first_table>>;
