@@ -218,10 +218,10 @@ inline void check_same(std::vector<array_place> const& places, std::string const
   for (std::size_t i = 0; i < order.size(); ++i) {
     order[i] = i;
   }
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return places[a].data < places[b].data; });
+  auto const at = [&](std::size_t i) { return reinterpret_cast<std::uintptr_t>(places[i].data); };
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return at(a) < at(b); });
   for (std::size_t k = 1; k < order.size(); ++k) {
-    array_place const &lo = places[order[k - 1]], &hi = places[order[k]];
-    if (hi.data < lo.data + lo.bytes) {
+    if (at(order[k]) < at(order[k - 1]) + places[order[k - 1]].bytes) {
       raise_value(what, ": arrays ", std::min(order[k - 1], order[k]), " and ", std::max(order[k - 1], order[k]),
                   " share memory (the same tensor, or views of one): each must have its own");
     }
