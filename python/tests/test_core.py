@@ -77,7 +77,7 @@ def test_layout_checks(geo):
         strata.sglang_layout(ok[:2], ok[:1], geo)
     # K passed as V, or views of one array, would overwrite each other's pages.
     with pytest.raises(ValueError, match="arrays 0 and 1 share memory"):
-        strata.sglang_layout(ok[:2], ok[:2], geo)
+        strata.sglang_layout(ok[:2], [ok[0], np.zeros_like(ok[1])], geo)  # layer 0's K is its V
     big = np.zeros((rows + 16, 2, 16), np.float16)
     with pytest.raises(ValueError, match="arrays 1 and 2 share memory"):
         strata.layer_first_table([ok[0], big[:rows], big[16:], ok[3]], geo)
