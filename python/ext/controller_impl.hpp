@@ -137,15 +137,8 @@ struct host_hooks {
     return {};
   }
   template <class LoadHandle>
-  static bool wait_layer(cpu_executor const& e, LoadHandle const& h, std::int64_t, std::uintptr_t stream)
-  {
-    (void)to_stream(stream);
-    if (h.transfer && !e.wait(*h.transfer)) { return false; }
-    for (auto const& a : h.after) {
-      if (!e.wait(a)) { return false; }
-    }
-    return true;
-  }
+  static bool wait_layer(cpu_executor const&, LoadHandle const& h, std::int64_t layer, std::uintptr_t stream)
+  { return strata::wait_layer(h, layer, to_stream(stream)); }
   template <class Result>
   static bool wait_after(Result const& r, std::uintptr_t stream)
   { return strata::wait_after(r, to_stream(stream)); }

@@ -70,8 +70,8 @@ inline bool wait_layer(load_handle<cpu_executor::handle_type> const& loads, std:
                        cpu_executor::stream_type = {})
 {
   STRATA_EXPECTS(layer >= 0, "wait_layer: layer must not be negative, got ", layer);
-  auto const ok = detail::cpu_landed;
-  return std::all_of(loads.after.begin(), loads.after.end(), ok) && (!loads.transfer || ok(*loads.transfer));
+  return std::all_of(loads.after.begin(), loads.after.end(), detail::cpu_landed) &&
+         (!loads.transfer || detail::cpu_landed(*loads.transfer));
 }
 
 /**
