@@ -555,6 +555,52 @@ struct io_witness {
   }
 };
 
+TEST_CASE("file_store splits a drive's share of a batch among its I/O threads, not below 1 MiB a transfer",
+          "[cpu][file]")
+{
+  // 256 KiB pages (260 KiB records): 48 adjacent records on one drive fit one 64 MiB transfer, but
+  // four threads move them as four runs of 12; six records are two runs of three (the 1 MiB floor).
+  constexpr kv_geometry quarter_mib{4, 16, 8, 128, 2, 2};
+  REQUIRE(quarter_mib.page_bytes() == std::int64_t{256} << 10);
+  temp_dir d;
+  io_witness w;
+  auto o = options_for(d, false);
+  o.use_io_uring = false;
+  o.io_threads = 4;
+  o.max_io_bytes = std::int64_t{64} << 20;
+  o.io = w.backend();
+  std::int64_t const n = 48;
+  file_store s{quarter_mib, n, o};
+  auto const slots = all_slots(s);
+  records src{n, quarter_mib.page_bytes()}, dst{n, quarter_mib.page_bytes()};
+  std::vector<std::uint64_t> keys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    keys.push_back(0x5eed + std::uint64_t(i));
+    fill(src.ptr[static_cast<std::size_t>(i)], quarter_mib.page_bytes(), keys.back());
+  }
+  std::vector<std::size_t> every(static_cast<std::size_t>(n));
+  std::iota(every.begin(), every.end(), std::size_t{0});
+  REQUIRE(s.write(slots, src.sources(every), keys));
+  auto transfers = [&] {
+    std::lock_guard lock{w.m};
+    int c = 0;
+    for (auto const& [fd, k] : w.calls) {
+      c += k;
+    }
+    w.calls.clear();
+    return c;
+  };
+  CHECK(transfers() == 4);  // the write was split the same way
+  REQUIRE(s.read(slots, dst.ptr, keys));
+  CHECK(transfers() == 4);
+  for (std::int64_t i = 0; i < n; ++i) {
+    REQUIRE(matches(dst.ptr[static_cast<std::size_t>(i)], quarter_mib.page_bytes(), keys[static_cast<std::size_t>(i)]));
+  }
+  std::span<std::int64_t const> const six{slots.data(), 6};
+  REQUIRE(s.read(six, std::span{dst.ptr.data(), 6}, std::span{keys.data(), 6}));
+  CHECK(transfers() == 2);
+}
+
 TEST_CASE("file_store over several directories: striped records, a queue per drive, reopened in order",
           "[cpu][file][drives]")
 {

@@ -122,7 +122,8 @@ struct recovered_record {
  * (one drive: slot `s` is record `s`): a 4 KiB header (magic, format version, geometry hash, content key, payload
  * length, sequence number, slot, CRC-32C of the payload and of the header) followed by the page-first payload, padded
  * to 4 KiB so that every transfer stays `O_DIRECT`-aligned. Runs of adjacent records of one file move in one vectored
- * transfer of up to `max_io_bytes` (slots `s, s + N, s + 2N, ...` are adjacent on their drive), on each drive's own
+ * transfer of up to `max_io_bytes` (slots `s, s + N, s + 2N, ...` are adjacent on their drive), a drive's share of a
+ * batch split so that each of its `io_threads` has a run (never below 1 MiB a transfer), on each drive's own
  * `io_threads` threads (which also compute and check the checksums), or, with `use_io_uring`, submitted to one io_uring
  * ring, the runs of the drives interleaved (`uses_io_uring()`).
  *

@@ -357,7 +357,19 @@ inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
     if (!b->items[i].failed) { order.push_back(i); }
   }
   auto const n = order.size();
-  // Runs of adjacent records in one file, at most runs_max_ records each.
+  // Runs of adjacent records in one file, at most runs_max_ records each, and short enough that
+  // every I/O thread of a drive has a run of the batch (a 32 MiB batch on one drive is four 8 MiB
+  // runs, not two of 16 MiB leaving two threads idle), but never below 1 MiB.
+  std::vector<std::int64_t> on_drive(static_cast<std::size_t>(drives_), 0);
+  for (auto i : order) {
+    ++on_drive[static_cast<std::size_t>(b->items[i].slot % drives_)];
+  }
+  std::int64_t const floor_records = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / record_bytes_);
+  std::vector<std::int64_t> cap(static_cast<std::size_t>(drives_));
+  for (std::size_t d = 0; d < cap.size(); ++d) {
+    auto const share = (on_drive[d] + options_.io_threads - 1) / options_.io_threads;
+    cap[d] = std::min(runs_max_, std::max(floor_records, share));
+  }
   std::sort(order.begin(), order.end(), [&](auto x, auto y) { return places[x] < places[y]; });
   struct run_range {
     std::size_t first, last;   // [first, last) into `order`
@@ -366,12 +378,13 @@ inline auto file_store::launch(std::shared_ptr<batch> b) -> io_ticket
   std::vector<run_range> runs;
   std::vector<std::int64_t> runs_on(static_cast<std::size_t>(drives_), 0);
   for (std::size_t i = 0; i < n;) {
+    auto const d = b->items[order[i]].slot % drives_;
+    auto const longest = static_cast<std::size_t>(cap[static_cast<std::size_t>(d)]);
     std::size_t j = i + 1;
-    while (j < n && j - i < static_cast<std::size_t>(runs_max_) && places[order[j]].first == places[order[i]].first &&
+    while (j < n && j - i < longest && places[order[j]].first == places[order[i]].first &&
            places[order[j]].second == places[order[j - 1]].second + 1) {
       ++j;
     }
-    auto const d = b->items[order[i]].slot % drives_;
     runs.push_back({i, j, d, runs_on[static_cast<std::size_t>(d)]++});
     i = j;
   }
