@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <optional>
 #include <random>
@@ -24,7 +25,8 @@ using tokens_t = std::vector<std::int32_t>;
 /// What the random sequences exercised, so that a quiet test cannot pass unnoticed.
 struct coverage {
   long new_pages = 0, matched_tokens = 0, delay_hits = 0, locks = 0, commits = 0, aborts = 0, evicted = 0,
-       demotions = 0, completes = 0, cancels = 0, loads = 0, internal_evictions = 0, remote = 0, records_refused = 0;
+       demotions = 0, completes = 0, cancels = 0, loads = 0, internal_evictions = 0, remote = 0, records_refused = 0,
+       memo_reuses = 0, memo_walks = 0, memo_matches = 0;
 };
 coverage cover;
 
@@ -114,6 +116,7 @@ class model_test {
       }
       sync();
       verify();
+      check_memos();
     }
     for (std::size_t u : {std::size_t(2), std::size_t(3)}) {
       cover.records_refused += tree_->stats().writes_not_worth[u] + tree_->stats().writes_dropped[u];
@@ -279,6 +282,38 @@ class model_test {
     }
     remove_empty();
   }
+  /// Every prefix inserted or matched so far (each in half the steps), probed through a memo kept
+  /// across the steps (as a scheduler keeps one per waiting request) and afresh: the same answer,
+  /// whatever changed.
+  void check_memos()
+  {
+    memos_.resize(watched_.size());
+    for (std::size_t j = 0; j < watched_.size(); ++j) {
+      if (rng_() % 2 == 0) { continue; }  // memos are also used after several steps of changes
+      match_result const fresh = tree_->probe(watched_[j]);
+      std::int64_t const before = memos_[j].reuses();
+      match_result const& kept = tree_->probe(watched_[j], memos_[j]);
+      ++(memos_[j].reuses() > before ? cover.memo_reuses : cover.memo_walks);
+      INFO("seed " << seed_ << " step " << step_ << " prefix " << j);
+      require_same_answer(kept, fresh);
+      REQUIRE(kept.node == fresh.node);
+    }
+  }
+
+  /// What a probe and a match (or two probes) must agree on: all but the node (a match splits).
+  static void require_same_answer(match_result const& a, match_result const& b)
+  {
+    REQUIRE(a.tokens == b.tokens);
+    REQUIRE(a.tier_tokens == b.tier_tokens);
+    REQUIRE(a.fastest_tokens == b.fastest_tokens);
+    REQUIRE(a.device_prefix_tokens == b.device_prefix_tokens);
+    REQUIRE(a.upper_prefix_tokens == b.upper_prefix_tokens);
+    REQUIRE(a.transient_tokens == b.transient_tokens);
+    REQUIRE(a.transient == b.transient);
+    REQUIRE(a.transient_owner == b.transient_owner);
+    REQUIRE(a.delay_hit == b.delay_hit);
+  }
+
   void verify()
   {
     INFO("seed " << seed_ << " step " << step_);
@@ -348,6 +383,7 @@ class model_test {
     auto const r = tree_->insert(t, *dev);
     cover.new_pages += r.new_pages;
     history_.push_back(t);
+    watched_.push_back(t);
     REQUIRE(r.new_pages == expect_new);
     REQUIRE(r.unused_device_pages == expect_unused);
     REQUIRE(tree_->path_length(r.node) == std::int64_t(walked));
@@ -364,8 +400,19 @@ class model_test {
 
   void do_match()
   {
-    // Half the time, a sequence inserted before: most real requests revisit cached prefixes.
-    tokens_t const t = !history_.empty() && rng_() % 2 == 0 ? history_[rng_() % history_.size()] : random_tokens();
+    // A third of the time, tokens probed through a memo in an earlier step (the memo current or
+    // stale): matched along the memo's path. Else half the time a sequence inserted before: most
+    // real requests revisit cached prefixes.
+    std::optional<std::size_t> via;
+    if (!memos_.empty() && rng_() % 3 == 0) { via = rng_() % memos_.size(); }
+    tokens_t const t = via                                    ? watched_[*via]
+                       : !history_.empty() && rng_() % 2 == 0 ? history_[rng_() % history_.size()]
+                                                              : random_tokens();
+    if (via) {
+      ++cover.memo_matches;
+    } else {
+      watched_.push_back(t);
+    }
     auto const ks = keys(t);
     ++clock_;
     std::int64_t tokens = 0, device_prefix = 0, transient_tokens = 0;
@@ -395,16 +442,11 @@ class model_test {
       if (device_run) { device_prefix += 2; }
     }
     match_result const probed = tree_->probe(t);  // what match will say, without its side effects
-    auto const r = tree_->match(t);
+    auto const r = via ? tree_->match(watched_[*via], memos_[*via]) : tree_->match(t);
     // A backup that match starts may make room in the host tier first; those evictions come
     // before the lock below.
     sync_internal();
-    REQUIRE(probed.tokens == r.tokens);
-    REQUIRE(probed.tier_tokens == r.tier_tokens);
-    REQUIRE(probed.fastest_tokens == r.fastest_tokens);
-    REQUIRE(probed.device_prefix_tokens == r.device_prefix_tokens);
-    REQUIRE(probed.transient_tokens == r.transient_tokens);
-    REQUIRE(probed.delay_hit == r.delay_hit);
+    require_same_answer(probed, r);
     cover.matched_tokens += r.tokens;
     cover.delay_hits += r.delay_hit;
     REQUIRE(r.tokens == tokens);
@@ -770,6 +812,8 @@ class model_test {
   std::uint64_t clock_{};
   std::uint64_t next_request_{1};
   std::vector<tokens_t> history_;
+  std::deque<tokens_t> watched_;  // a deque: the tokens stay where a memo saw them
+  std::vector<probe_memo> memos_;
 };
 
 }  // namespace
@@ -789,11 +833,14 @@ TEST_CASE("hiradix_tree agrees with a reference model on random operation sequen
                     << cover.aborts << ", evicted pages " << cover.evicted << ", demotions " << cover.demotions
                     << ", completed " << cover.completes << ", cancelled " << cover.cancels << ", loads " << cover.loads
                     << ", internal evictions " << cover.internal_evictions << ", remote evictions " << cover.remote
-                    << ", record copies refused " << cover.records_refused);
+                    << ", record copies refused " << cover.records_refused << ", probes answered by a memo "
+                    << cover.memo_reuses << ", walked " << cover.memo_walks << ", matched along a memo "
+                    << cover.memo_matches);
   if (sequences >= 10000) {  // every kind of step happened many times
-    for (long c : {cover.new_pages, cover.matched_tokens, cover.delay_hits, cover.locks, cover.commits, cover.aborts,
-                   cover.evicted, cover.demotions, cover.completes, cover.cancels, cover.loads,
-                   cover.internal_evictions, cover.remote, cover.records_refused}) {
+    for (long c :
+         {cover.new_pages, cover.matched_tokens, cover.delay_hits, cover.locks, cover.commits, cover.aborts,
+          cover.evicted, cover.demotions, cover.completes, cover.cancels, cover.loads, cover.internal_evictions,
+          cover.remote, cover.records_refused, cover.memo_reuses, cover.memo_walks, cover.memo_matches}) {
       CHECK(c > sequences / 200);
     }
   }

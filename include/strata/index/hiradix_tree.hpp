@@ -97,6 +97,42 @@ struct match_result {
   bool delay_hit{};                 ///< `transient_tokens >= delay_hit_tokens`
 };
 
+class hiradix_tree;
+
+/**
+ * @brief A probe kept for reuse: `hiradix_tree::probe(tokens, memo)` answers from it while nothing
+ *        the probe read has changed, and probes afresh otherwise.
+ *
+ * A scheduler ranks the same waiting requests round after round while each round changes a few
+ * nodes; keeping one memo per waiting request makes a round's probes cost a check of the few nodes
+ * on each request's path (and one child lookup where the path ended at a node that gained
+ * children) instead of a comparison of every token. Default-constructed: empty.
+ */
+class probe_memo {
+ public:
+  /// @brief The kept answer (meaningful once a probe filled the memo).
+  [[nodiscard]] match_result const& result() const noexcept { return result_; }
+  /// @brief How many probes it answered without walking the tree.
+  [[nodiscard]] std::int64_t reuses() const noexcept { return reuses_; }
+
+ private:
+  friend class hiradix_tree;
+  match_result result_{};
+  struct step {
+    std::uint32_t node;   // a node whose edge the probe read
+    std::uint64_t stamp;  // its stamp then
+    std::int64_t pages;   // pages of its edge equal to the tokens'
+  };
+  std::vector<step> read_;
+  std::uint32_t miss_node_ = detail::radix_npos;  // the node where a child lookup found nothing
+  std::uint64_t miss_link_stamp_{};               // its link_stamp then
+  std::int64_t miss_page_{};                      // the page looked up
+  std::uint64_t tree_{};                          // the tree's serial (0: empty)
+  std::int32_t const* data_{};                    // the tokens probed
+  std::size_t size_{};
+  std::int64_t reuses_{};
+};
+
 /// @brief What `insert` did.
 struct insert_result {
   std::int64_t new_pages{};  ///< pages added to the tree or newly resident on the device
@@ -190,11 +226,27 @@ class hiradix_tree {
   match_result match(std::span<std::int32_t const> tokens);
 
   /**
+   * @brief `match(tokens)`, following the path of `memo` (a probe of the same tokens) where its
+   *        nodes are unchanged instead of comparing tokens: what a scheduler's final match of the
+   *        requests it probed costs then is a walk of a few nodes. The same answer and side effects.
+   */
+  match_result match(std::span<std::int32_t const> tokens, probe_memo& memo);
+
+  /**
    * @brief What `match` would report, without counting it as a use or splitting anything: for
    *        schedulers ranking many requests, routers and what-if questions. `node` is the deepest
    *        node matched whole (the prefix may end inside its child).
    */
   [[nodiscard]] match_result probe(std::span<std::int32_t const> tokens) const;
+
+  /**
+   * @brief `probe(tokens)`, answered from `memo` when this tree filled it for the same tokens (the
+   *        same memory, as a waiting request keeps its prompt) and no node the probe read has
+   *        changed since; otherwise probed afresh, refilling `memo`. The answer is always what
+   *        `probe(tokens)` returns now.
+   * @return `memo.result()`
+   */
+  match_result const& probe(std::span<std::int32_t const> tokens, probe_memo& memo) const;
 
   /// @brief `probe(tokens).tokens`: the longest cached prefix, without side effects.
   [[nodiscard]] std::int64_t peek(std::span<std::int32_t const> tokens) const { return probe(tokens).tokens; }
@@ -248,7 +300,11 @@ class hiradix_tree {
    * @throw strata::invalid_argument for a request without transient pages
    */
   void mark_in_flight(request_id request)
-  { nodes_[transient_node(request, "mark_in_flight")].state = transient_state::in_flight; }
+  {
+    std::uint32_t const n = transient_node(request, "mark_in_flight");
+    nodes_[n].state = transient_state::in_flight;
+    changed(n);
+  }
 
   /// @brief Transient pages of `request` (0 if none): how many device pages `commit` takes.
   [[nodiscard]] std::int64_t transient_pages(request_id request) const;
@@ -472,6 +528,14 @@ class hiradix_tree {
   { return std::memcmp(a, b, static_cast<std::size_t>(pages * config_.page_tokens) * sizeof(std::int32_t)) == 0; }
   [[nodiscard]] std::uint32_t find_child(std::uint32_t parent, std::span<std::int32_t const> tokens,
                                          std::int64_t p) const;
+  /// `match`'s walk; with `memo` (which holds for `tokens`), along its path while it is unchanged.
+  match_result match_walk(std::span<std::int32_t const> tokens, probe_memo* memo);
+  /// `probe`'s walk; with `memo`, records what it read there.
+  [[nodiscard]] match_result walk(std::span<std::int32_t const> tokens, probe_memo* memo) const;
+  /// Whether `memo` still answers a probe of `tokens` (refreshes its record of a lookup still empty).
+  [[nodiscard]] bool memo_holds(std::span<std::int32_t const> tokens, probe_memo& memo) const;
+  /// Node `i` changed in a way a probe reads.
+  void changed(std::uint32_t i) noexcept { nodes_[i].stamp = ++changes_; }
   /// Pages of `c`'s edge equal to tokens' pages from `p` (at least 1: `find_child` matched the first).
   [[nodiscard]] std::int64_t common_pages(node_data const& c, std::span<std::int32_t const> tokens, std::int64_t p,
                                           std::int64_t pages) const noexcept;
@@ -586,6 +650,8 @@ class hiradix_tree {
   std::vector<std::pair<tier, std::vector<std::int64_t>>> internal_;
   transfer_id next_transfer_{};
   std::uint64_t clock_{};
+  std::uint64_t changes_{};                           // the change clock of node stamps (probe memos)
+  std::uint64_t serial_{detail::next_tree_serial()};  // tells this tree's memos from another's
   hiradix_stats stats_{};
   std::array<std::int64_t, tier_count> held_{};
   std::array<std::int64_t, tier_count> inbound_{};  // pages of pending copies into each tier

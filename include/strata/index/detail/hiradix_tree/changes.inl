@@ -98,6 +98,7 @@ inline auto hiradix_tree::commit(request_id request, std::span<std::int64_t cons
   transient_.erase(request);
   nodes_[n].state = transient_state::none;
   nodes_[n].owner = {};
+  changed(n);
   set_pages(n, tier::device, device_pages);
   make_resident(n, tier::device);
   touch(n);

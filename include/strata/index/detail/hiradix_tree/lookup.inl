@@ -11,6 +11,12 @@
 namespace strata {
 
 inline auto hiradix_tree::match(std::span<std::int32_t const> tokens) -> match_result
+{ return match_walk(tokens, nullptr); }
+
+inline auto hiradix_tree::match(std::span<std::int32_t const> tokens, probe_memo& memo) -> match_result
+{ return match_walk(tokens, memo_holds(tokens, memo) ? &memo : nullptr); }
+
+inline auto hiradix_tree::match_walk(std::span<std::int32_t const> tokens, probe_memo* memo) -> match_result
 {
   ++clock_;
   match_result r;
@@ -19,10 +25,23 @@ inline auto hiradix_tree::match(std::span<std::int32_t const> tokens) -> match_r
   std::uint32_t cur = 0;
   std::int64_t p = 0;
   bool device_run = true;
+  std::size_t step = 0;  // along the memo's path while its nodes are unchanged (a backup below may change them)
   while (p < pages) {
-    std::uint32_t const child = find_child(cur, tokens, p);
-    if (child == npos) { break; }
-    std::int64_t const k = common_pages(nodes_[child], tokens, p, pages);
+    std::uint32_t child = npos;
+    std::int64_t k = 0;
+    if (memo != nullptr && step < memo->read_.size() &&
+        nodes_[memo->read_[step].node].stamp == memo->read_[step].stamp) {
+      child = memo->read_[step].node;
+      k = memo->read_[step++].pages;
+    } else if (memo != nullptr && step == memo->read_.size() && memo->miss_node_ == cur &&
+               nodes_[cur].link_stamp == memo->miss_link_stamp_) {
+      break;  // the lookup that found no child still finds none
+    } else {
+      memo = nullptr;
+      child = find_child(cur, tokens, p);
+      if (child == npos) { break; }
+      k = common_pages(nodes_[child], tokens, p, pages);
+    }
     if (nodes_[child].state != transient_state::none) {
       note_transient(r, nodes_[child], k);
       break;
@@ -55,6 +74,24 @@ inline auto hiradix_tree::match(std::span<std::int32_t const> tokens) -> match_r
 }
 
 inline auto hiradix_tree::probe(std::span<std::int32_t const> tokens) const -> match_result
+{ return walk(tokens, nullptr); }
+
+inline auto hiradix_tree::probe(std::span<std::int32_t const> tokens, probe_memo& memo) const -> match_result const&
+{
+  if (!memo_holds(tokens, memo)) {
+    memo.read_.clear();
+    memo.miss_node_ = npos;
+    memo.result_ = walk(tokens, &memo);
+    memo.tree_ = serial_;
+    memo.data_ = tokens.data();
+    memo.size_ = tokens.size();
+  } else {
+    ++memo.reuses_;
+  }
+  return memo.result_;
+}
+
+inline auto hiradix_tree::walk(std::span<std::int32_t const> tokens, probe_memo* memo) const -> match_result
 {
   match_result r;
   std::int64_t const pages = whole_pages(tokens);
@@ -63,9 +100,17 @@ inline auto hiradix_tree::probe(std::span<std::int32_t const> tokens) const -> m
   bool device_run = true;
   while (p < pages) {
     std::uint32_t const child = find_child(cur, tokens, p);
-    if (child == npos) { break; }
+    if (child == npos) {
+      if (memo != nullptr) {
+        memo->miss_node_ = cur;
+        memo->miss_link_stamp_ = nodes_[cur].link_stamp;
+        memo->miss_page_ = p;
+      }
+      break;
+    }
     node_data const& c = nodes_[child];
     std::int64_t const k = common_pages(c, tokens, p, pages);
+    if (memo != nullptr) { memo->read_.push_back({child, c.stamp, k}); }
     if (c.state != transient_state::none) {
       note_transient(r, c, k);
       break;
@@ -79,6 +124,27 @@ inline auto hiradix_tree::probe(std::span<std::int32_t const> tokens) const -> m
   r.tokens = p * page_token_count();
   r.node = ref(cur);
   return r;
+}
+
+// A memo holds while every node whose edge the probe read is unchanged (a node's stamp moves with
+// its tokens, transient state, residency and links: unchanged, it is still the child the lookup
+// found, with the same edge and answer) and the lookup that found nothing still finds nothing
+// (asked again only when a child was linked there since).
+inline auto hiradix_tree::memo_holds(std::span<std::int32_t const> tokens, probe_memo& memo) const -> bool
+{
+  if (memo.tree_ != serial_ || memo.data_ != tokens.data() || memo.size_ != tokens.size()) { return false; }
+  for (auto const& x : memo.read_) {
+    if (x.node >= nodes_.size() || nodes_[x.node].stamp != x.stamp) { return false; }
+  }
+  if (memo.miss_node_ != npos) {
+    if (memo.miss_node_ >= nodes_.size()) { return false; }
+    std::uint64_t const now = nodes_[memo.miss_node_].link_stamp;
+    if (now != memo.miss_link_stamp_) {
+      if (find_child(memo.miss_node_, tokens, memo.miss_page_) != npos) { return false; }
+      memo.miss_link_stamp_ = now;
+    }
+  }
+  return true;
 }
 
 inline auto hiradix_tree::path_pages(node_ref node, tier t, bool arriving_too) const -> std::vector<std::int64_t>

@@ -9,6 +9,7 @@
 #include <strata/types.hpp>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -17,6 +18,14 @@ namespace strata::detail {
 
 /// @brief "No node" in child chains.
 inline constexpr std::uint32_t radix_npos = 0xffffffffu;
+
+/// @brief A serial number per prefix index, so that a `probe_memo` filled by one is never taken
+///        for another's.
+inline std::uint64_t next_tree_serial() noexcept
+{
+  static std::atomic<std::uint64_t> serials{0};
+  return ++serials;
+}
 
 /**
  * @brief One node: an edge of whole pages, with per tier its page ids, residency, locks, pins and
@@ -39,6 +48,10 @@ struct radix_node {
   std::array<std::int32_t, tier_count> pins{};  ///< pending transfers from or to the tier
   std::array<bool, tier_count> drop_pending{};  ///< demoted out of the tier: dropped once unpinned there
   std::array<std::int32_t, tier_count> children_resident{};
+  /// When anything a probe reads of this node last changed (its tokens, transient state, residency,
+  /// its place in the tree): the tree's change clock then. `probe_memo`s compare it.
+  std::uint64_t stamp{};
+  std::uint64_t link_stamp{};  ///< the tree's change clock when a child was last linked below it
   std::uint64_t last_use{};
   std::int64_t hits{};
   std::unordered_map<std::uint64_t, std::uint32_t> children;  ///< first page's key -> a child

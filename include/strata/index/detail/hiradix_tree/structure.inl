@@ -59,6 +59,7 @@ inline auto hiradix_tree::new_node() -> std::uint32_t
   }
   nodes_[i].alive = true;
   nodes_[i].last_use = clock_;
+  changed(i);
   return i;
 }
 
@@ -71,6 +72,8 @@ inline auto hiradix_tree::link_child(std::uint32_t parent, std::uint32_t child) 
     it->second = child;
   }
   nodes_[child].parent = parent;
+  changed(child);
+  nodes_[parent].link_stamp = ++changes_;
   for (std::size_t t = 0; t < tier_count; ++t) {
     nodes_[parent].children_resident[t] += nodes_[child].resident[t];
   }
@@ -95,6 +98,7 @@ inline auto hiradix_tree::unlink_child(std::uint32_t parent, std::uint32_t child
     nodes_[c].next_same_key = nodes_[child].next_same_key;
   }
   nodes_[child].next_same_key = npos;
+  changed(child);
   for (std::size_t t = 0; t < tier_count; ++t) {
     nodes_[parent].children_resident[t] -= nodes_[child].resident[t];
   }
@@ -178,6 +182,7 @@ inline auto hiradix_tree::remove_node(std::uint32_t i) -> void
     }
   }
   n.alive = false;
+  changed(i);
   n.tokens = {};
   n.hashes = {};
   n.children = {};
@@ -202,6 +207,7 @@ inline auto hiradix_tree::make_resident(std::uint32_t i, tier t) -> void
   if (n.resident[std::size_t(t)]) { return; }
   unaccount(i);
   n.resident[std::size_t(t)] = true;
+  changed(i);
   account(i);
   stats_.resident_pages[std::size_t(t)] += n.pages();
   ++nodes_[n.parent].children_resident[std::size_t(t)];
@@ -234,6 +240,7 @@ inline auto hiradix_tree::drop(std::uint32_t i, tier t, bool remove_if_empty) ->
   node_data& n = nodes_[i];
   unaccount(i);
   n.resident[std::size_t(t)] = false;
+  changed(i);
   account(i);
   stats_.resident_pages[std::size_t(t)] -= n.pages();
   --nodes_[n.parent].children_resident[std::size_t(t)];
