@@ -1,15 +1,24 @@
-// Scheduler decisions with 1,000 requests waiting: one `schedule` call of each strategy, on an index
-// holding 200 long documents (half on the device, half on the host only), the way the simulator
-// drives it (one id per 32-token page). Four fifths of the waiting requests ask about those
-// documents; one fifth bring new ones. Target: under 100 µs per decision.
+// Scheduler decisions with 1,000 (and 10,000) requests waiting: one `schedule` call of each
+// strategy, on an index holding 200 long documents (half on the device, half on the host only),
+// the way the simulator drives it (one id per 32-token page). Four fifths of the waiting requests
+// ask about those documents; one fifth bring new ones. Targets: under 100 µs per decision at 1,000
+// waiting, under 1 ms at 10,000.
 // `longest_prefix` past 128 waiting takes arrival order (SGLang's fallback); `longest_prefix_sorted`
-// measures its sorted path over all 1,000; `srpt` and `strata` (remaining-work order) probe all 1,000.
+// measures its sorted path over all 1,000; `srpt` and `strata` (remaining-work order) rank all.
+// A strategy decides round after round on the same queue; `strata` keeps a probe per request
+// (`probe_memo`) and walks again only where the index changed. The `/changing` runs change the
+// index between decisions as serving does (untimed): a new document of 600-3,100 pages is computed
+// onto the device and as many least recently used device pages are demoted to the host, so that
+// each round re-walks the requests on a document that moved and those that missed at a node that
+// gained a child.
 #include <strata/presets/h200.hpp>
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
 
 #include <benchmark/benchmark.h>
 
+#include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -19,44 +28,42 @@ namespace {
 using namespace strata;
 
 struct fixture {
+  std::mt19937_64 rng{1};
+  std::int64_t next = 0;               // the next device page never used
+  std::vector<std::int64_t> free_ids;  // device pages freed by demotions
+  int next_doc = 0;
   cost_model costs = h200::costs(models::llama31_8b, h200::gpu_assisted_io());
-  hiradix_tree tree{[] {
-    hiradix_config h;
-    h.page_tokens = 1;
-    h.tokens_per_id = 32;
-    h.capacity = {1 << 20, 1 << 20, 0, 0};
-    h.backup_policy = write_policy::write_back;
-    h.delay_hit_tokens = 64;
-    return h;
-  }()};
+  hiradix_tree tree;
   std::vector<std::vector<std::int32_t>> tokens;
   std::vector<waiting_request> waiting;
 
-  fixture()
+  static hiradix_config config(std::int64_t host_pages)
   {
-    std::mt19937_64 rng{1};
+    hiradix_config h;
+    h.page_tokens = 1;
+    h.tokens_per_id = 32;
+    h.capacity = {1 << 20, host_pages, 0, 0};
+    h.backup_policy = write_policy::write_back;
+    h.delay_hit_tokens = 64;
+    return h;
+  }
+
+  /// `host_pages`: room for what the changes between decisions demote (nothing is dropped).
+  fixture(int waiting_count, std::int64_t host_pages) : tree{config(host_pages)}
+  {
     std::vector<std::vector<std::int32_t>> docs;
-    std::int64_t next = 0;
     for (int d = 0; d < 200; ++d) {
-      std::vector<std::int32_t> doc(std::size_t(600 + rng() % 2500));
-      std::iota(doc.begin(), doc.end(), 1 + d * 4000);
-      std::vector<std::int64_t> ids(doc.size());
-      std::iota(ids.begin(), ids.end(), next);
-      next += std::int64_t(ids.size());
-      (void)tree.insert(doc, ids);
+      auto doc = add_document();
       if (d % 2 == 0) {  // half of them on the host only
-        auto const e = tree.evict(tier::device, std::int64_t(doc.size()));
-        for (auto const& o : e.demotions) {
-          (void)tree.complete(o.id);
-        }
+        demote(std::int64_t(doc.size()));
       }
       docs.push_back(std::move(doc));
     }
-    for (int i = 0; i < 1000; ++i) {
+    for (int i = 0; i < waiting_count; ++i) {
       std::vector<std::int32_t> t =
           rng() % 5 == 0 ? std::vector<std::int32_t>(std::size_t(100 + rng() % 3000), 0) : docs[rng() % docs.size()];
-      if (t[0] == 0) { std::iota(t.begin(), t.end(), 5'000'000 + i * 4000); }  // a new document
-      t.push_back(10'000'000 + i);
+      if (t[0] == 0) { std::iota(t.begin(), t.end(), 50'000'000 + i * 4000); }  // a new document
+      t.push_back(100'000'000 + i);
       tokens.push_back(std::move(t));
       waiting_request w;
       w.id = request_id{std::uint64_t(i + 1)};
@@ -67,6 +74,35 @@ struct fixture {
     }
     for (std::size_t i = 0; i < waiting.size(); ++i) {
       waiting[i].tokens = tokens[i];
+    }
+  }
+  /// A new document of 600-3,100 pages computed onto the device (the first 200: those asked about;
+  /// later ones from ids no request holds).
+  std::vector<std::int32_t> add_document()
+  {
+    std::vector<std::int32_t> doc(std::size_t(600 + rng() % 2500));
+    int const d = next_doc++;
+    std::iota(doc.begin(), doc.end(), d < 200 ? 1 + d * 4000 : 200'000'000 + (d - 200) * 4000);
+    std::vector<std::int64_t> ids(doc.size());
+    for (auto& id : ids) {  // freed device pages first
+      if (free_ids.empty()) {
+        id = next++;
+      } else {
+        id = free_ids.back();
+        free_ids.pop_back();
+      }
+    }
+    (void)tree.insert(doc, ids);
+    return doc;
+  }
+  /// The least recently used `pages` device pages demoted to the host.
+  void demote(std::int64_t pages)
+  {
+    auto const e = tree.evict(tier::device, pages);
+    free_ids.insert(free_ids.end(), e.freed.begin(), e.freed.end());
+    for (auto const& o : e.demotions) {
+      auto const freed = tree.complete(o.id);
+      free_ids.insert(free_ids.end(), freed.begin(), freed.end());
     }
   }
   scheduler_view view()
@@ -85,19 +121,28 @@ struct fixture {
   }
 };
 
-fixture& shared()
+fixture& shared(int waiting, bool changing)
 {
-  static fixture f;
-  return f;
+  static std::map<std::pair<int, bool>, std::unique_ptr<fixture>> fixtures;
+  auto& f = fixtures[{waiting, changing}];
+  // Changing: 5 x 1,000 decisions, each demoting a new document's 600-3,100 pages.
+  if (!f) { f = std::make_unique<fixture>(waiting, changing ? std::int64_t{1} << 24 : std::int64_t{1} << 20); }
+  return *f;
 }
 
 template <class S>
-void decide(benchmark::State& state, S strategy)
+void decide(benchmark::State& state, S strategy, int waiting, bool changing)
 {
-  auto& f = shared();
+  auto& f = shared(waiting, changing);
   scheduler_view const v = f.view();
   std::size_t planned = 0;
   for (auto _ : state) {
+    if (changing) {
+      state.PauseTiming();
+      std::vector<std::int32_t> const doc = f.add_document();
+      f.demote(std::int64_t(doc.size()));
+      state.ResumeTiming();
+    }
     batch_plan const p = plan_batch(strategy, v, f.tree);  // the proposal and its final match
     planned += p.prefills.size();
     benchmark::DoNotOptimize(p.predicted_load_s);
@@ -108,33 +153,52 @@ void decide(benchmark::State& state, S strategy)
 
 }  // namespace
 
-BENCHMARK_CAPTURE(decide, fifo, strata::fifo{})
+BENCHMARK_CAPTURE(decide, fifo, strata::fifo{}, 1000, false)
     ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
-BENCHMARK_CAPTURE(decide, longest_prefix, strata::longest_prefix{})
+BENCHMARK_CAPTURE(decide, longest_prefix, strata::longest_prefix{}, 1000, false)
     ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
-BENCHMARK_CAPTURE(decide, longest_prefix_sorted, strata::longest_prefix_sorted{})
+BENCHMARK_CAPTURE(decide, longest_prefix_sorted, strata::longest_prefix_sorted{}, 1000, false)
     ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
-BENCHMARK_CAPTURE(decide, sjf, strata::sjf{})
+BENCHMARK_CAPTURE(decide, sjf, strata::sjf{}, 1000, false)
     ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
-BENCHMARK_CAPTURE(decide, srpt, strata::srpt{})
+BENCHMARK_CAPTURE(decide, srpt, strata::srpt{}, 1000, false)
     ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
-BENCHMARK_CAPTURE(decide, strata, strata::strata_scheduler{})
+BENCHMARK_CAPTURE(decide, strata, strata::strata_scheduler{}, 1000, false)
     ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
 BENCHMARK_CAPTURE(decide, strata_on_longest_prefix_order,
-                  strata::strata_scheduler{{.order = strata::strata_order::longest_prefix}})
+                  strata::strata_scheduler{{.order = strata::strata_order::longest_prefix}}, 1000, false)
     ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(decide, strata / changing, strata::strata_scheduler{}, 1000, true)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(1000)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(decide, srpt / changing, strata::srpt{}, 1000, true)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(1000)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(decide, strata / 10000_waiting, strata::strata_scheduler{}, 10000, false)
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(decide, strata / 10000_waiting / changing, strata::strata_scheduler{}, 10000, true)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(1000)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
 BENCHMARK_MAIN();

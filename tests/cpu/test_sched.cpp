@@ -824,6 +824,144 @@ TEST_CASE("an item whose match disagrees with its probe leaves the plan", "[cpu]
   CHECK(again->cached_tokens == 0);
 }
 
+TEST_CASE("strata's probes kept across rounds plan as fresh probes while the index changes", "[cpu][sched]")
+{
+  // One strata_scheduler kept for every round (its probes reused through memos), and a new one
+  // each round (every request probed afresh), on the same queue and index; no deadlines, so that
+  // the memos are all the kept one has that the new one lacks. Between rounds, what serving does:
+  // planned requests finish (their prompts cached), others arrive, documents are computed,
+  // demoted to the host and to the file tier, loaded back.
+  fixture f{4000};
+  std::mt19937_64 rng{23};
+  std::vector<std::vector<std::int32_t>> docs;
+  std::int32_t next_id = 1;
+  auto const new_doc = [&] {
+    docs.push_back(pages(next_id, std::int64_t(20 + rng() % 400)));
+    next_id += 1000;
+    return docs.back();
+  };
+  for (int d = 0; d < 12; ++d) {
+    f.cache(new_doc(), d % 3 == 0);
+  }
+  std::uint64_t next_request = 1;
+  auto const arrive = [&] {
+    auto q = rng() % 4 == 0 ? new_doc() : docs[rng() % docs.size()];
+    for (int k = 0; k < 1 + int(rng() % 3); ++k) {
+      q.push_back(900000 + std::int32_t(next_request) * 4 + k);
+    }
+    f.token_store.push_back(std::move(q));
+    waiting_request w;
+    w.id = request_id{next_request++};
+    w.prompt_tokens = std::int64_t(f.token_store.back().size()) * 32 - 5;
+    w.output_tokens = 16;
+    f.waiting.push_back(w);
+  };
+  for (int i = 0; i < 40; ++i) {
+    arrive();
+  }
+  strata_options const options{.deadline_slack = 0};
+  strata_scheduler kept{options};
+  std::int64_t reused = 0, planned = 0;
+  for (int round = 0; round < 150; ++round) {
+    INFO("round " << round);
+    auto const v = f.view(2048);
+    batch_plan const fresh = strata_scheduler{options}.schedule(v);
+    batch_plan const plan = kept.schedule(v);
+    REQUIRE(plan.prefills.size() == fresh.prefills.size());
+    for (std::size_t k = 0; k < plan.prefills.size(); ++k) {
+      auto const &a = plan.prefills[k], &b = fresh.prefills[k];
+      CHECK(a.index == b.index);
+      CHECK(a.chunk_tokens == b.chunk_tokens);
+      CHECK(a.cached_tokens == b.cached_tokens);
+      CHECK(a.load_pages == b.load_pages);
+      CHECK(a.new_pages == b.new_pages);
+      CHECK(a.prefix_pages == b.prefix_pages);
+      REQUIRE(a.probe != nullptr);
+      reused += a.probe->reuses() > 0;
+    }
+    REQUIRE(plan.deferred.size() == fresh.deferred.size());
+    for (std::size_t k = 0; k < plan.deferred.size(); ++k) {
+      CHECK(plan.deferred[k].index == fresh.deferred[k].index);
+      CHECK(plan.deferred[k].reason == fresh.deferred[k].reason);
+    }
+    // The final match follows the memos: the same prefixes as a match of the tokens would find.
+    batch_plan const done = plan_batch(kept, v, f.tree);
+    planned += std::int64_t(done.prefills.size());
+    std::vector<std::size_t> finished;
+    for (auto const& it : done.prefills) {
+      std::int64_t const matched = f.tree.path_length(it.cached_node) * 32;  // the node ends where the prefix does
+      CHECK(matched >= it.cached_tokens);
+      CHECK(matched < it.cached_tokens + 32);
+      if (rng() % 2 == 0) { finished.push_back(it.index); }
+    }
+    std::sort(finished.rbegin(), finished.rend());
+    for (std::size_t i : finished) {  // computed: cached on the device, gone from the queue
+      std::vector<std::int32_t> const& t = f.token_store[i];
+      std::vector<std::int64_t> ids(t.size());
+      std::iota(ids.begin(), ids.end(), f.next_page);
+      f.next_page += std::int64_t(t.size());
+      auto const r = f.tree.insert(t, ids);
+      (void)r;
+      f.token_store.erase(f.token_store.begin() + std::ptrdiff_t(i));
+      f.waiting.erase(f.waiting.begin() + std::ptrdiff_t(i));
+    }
+    while (f.waiting.size() < 40) {
+      arrive();
+    }
+    switch (rng() % 4) {
+      case 0:
+        f.cache(new_doc(), false);
+        break;
+      case 1:
+        for (auto const& d : f.tree.evict(tier::device, std::int64_t(50 + rng() % 300)).demotions) {
+          (void)f.tree.complete(d.id);
+        }
+        break;
+      case 2:
+        for (auto const& d : f.tree.evict(tier::host, 50).demotions) {  // to the file tier
+          (void)f.tree.complete(d.id);
+        }
+        break;
+      default: {
+        auto const& d = docs[rng() % docs.size()];
+        auto const m = f.tree.match(d);
+        std::vector<std::int64_t> ids(std::size_t(f.tree.pages_to_load(m.node)));
+        std::iota(ids.begin(), ids.end(), f.next_page);
+        f.next_page += std::int64_t(ids.size());
+        for (auto const& o : f.tree.load(m.node, ids)) {
+          (void)f.tree.complete(o.id);
+        }
+      }
+    }
+    for (auto const& c : f.tree.take_copies()) {  // backups the matches queued
+      (void)f.tree.complete(c.id);
+    }
+  }
+  INFO("planned " << planned << ", of them sized from a reused probe " << reused);
+  CHECK(planned > 300);
+  CHECK(reused > planned / 4);  // the memos were used, not just refilled
+}
+
+TEST_CASE("stable_radix_sort orders as a stable comparison sort; ordered_key as the doubles do", "[cpu][sched]")
+{
+  std::mt19937_64 rng{5};
+  for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(300), std::size_t(5000)}) {
+    std::vector<std::pair<double, std::uint32_t>> items;
+    for (std::size_t i = 0; i < n; ++i) {
+      double x = double(rng() % 50) * 0.125;  // many ties
+      if (rng() % 7 == 0) { x = -x; }
+      if (rng() % 11 == 0) { x = -0.0; }
+      if (rng() % 13 == 0) { x = std::ldexp(double(rng() % 1000), int(rng() % 200) - 100); }
+      items.emplace_back(x, std::uint32_t(i));
+    }
+    auto expected = items;
+    std::stable_sort(expected.begin(), expected.end(), [](auto const& a, auto const& b) { return a.first < b.first; });
+    std::vector<std::pair<double, std::uint32_t>> scratch;
+    detail::stable_radix_sort(items, scratch, [](auto const& x) { return detail::ordered_key(x.first); });
+    CHECK(items == expected);
+  }
+}
+
 TEST_CASE("strata fills a load-bound batch's stall with decode steps", "[cpu][sched]")
 {
   fixture f;

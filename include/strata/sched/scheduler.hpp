@@ -57,6 +57,9 @@ struct prefill_item {
   /// when recomputing the part cached only in record tiers (file, remote) is predicted faster than
   /// reading it (`choose_prefix`); those pages are computed, and cached on the device afterwards.
   std::int64_t prefix_pages = -1;
+  /// First chunk, optional: the strategy's memo of the probe the item was sized from (kept across
+  /// rounds); `match_plan` then follows its path where it is unchanged instead of comparing tokens.
+  probe_memo* probe = nullptr;
 };
 
 /// @brief A request passed over.

@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <strata/detail/radix_sort.hpp>
 #include <strata/sched/toolkit.hpp>
 
 #include <algorithm>
@@ -95,6 +96,15 @@ struct strata_options {
  * The token budget and device memory bound the batch as for the baselines.
  */
 class strata_scheduler {
+  /// What the strategy keeps of a waiting request between rounds.
+  struct request_memo {
+    probe_memo probe;         // its last probe, reused while its path is unchanged
+    double deadline = 0;      // remaining_work order
+    std::uint64_t dated = 0;  // the last round that ranked it by deadline, 0: none (the deadline holds while it stays)
+    std::uint64_t seen = 0;   // the last round that looked at it
+    std::size_t slot = 0;     // its place in `queue_`
+  };
+
  public:
   static constexpr char const* name = "strata";  ///< for reports
 
@@ -125,20 +135,47 @@ class strata_scheduler {
   [[nodiscard]] batch_plan schedule(scheduler_view const& v) const
   {
     batch_plan plan;
+    plan.deferred.reserve(v.waiting.size());
     std::int64_t budget = v.token_budget, memory = v.device_pages_available;
     std::array<std::int64_t, tier_count> loads{};
     // Candidates: chunked prefills under way (they hold memory: always), and the oldest `window`
     // new requests, probed (no side effects) and matched (a use of their prefix) only when they
     // join the batch.
+    // Probes go through a memo per request, kept across rounds: a request whose path did not
+    // change since the last round is not walked again (`hiradix_tree::probe(tokens, memo)`).
+    ++round_;
     std::vector<std::size_t> fresh, started;
     std::vector<match_result> matches(v.waiting.size());
+    std::vector<request_memo*> kept(v.waiting.size(), nullptr);  // stable: the map's nodes stay put
+    std::size_t cursor = 0;                                      // into last round's requests, in queue order
+    auto const memo_of = [&](std::size_t i) -> request_memo& {
+      std::uint64_t const id = v.waiting[i].id.value;
+      request_memo* e = nullptr;
+      if (cursor < queue_.size() && queue_[cursor].first == id) {  // the queue keeps its order
+        e = queue_[cursor++].second;
+      } else {
+        e = &requests_[id];
+        if (e->slot < queue_.size() && queue_[e->slot].first == id) { cursor = e->slot + 1; }
+      }
+      e->seen = round_;
+      kept[i] = e;
+      return *e;
+    };
+    auto const probe = [&](std::size_t i) { matches[i] = v.tree->probe(v.waiting[i].tokens, memo_of(i).probe); };
     for (std::size_t i = 0; i < v.waiting.size(); ++i) {
       if (v.waiting[i].started) {
         started.push_back(i);
+        (void)memo_of(i);
       } else if (fresh.size() < options_.window || options_.order == strata_order::remaining_work) {
         fresh.push_back(i);
-        matches[i] = v.tree->probe(v.waiting[i].tokens);
+        probe(i);
       }
+    }
+    queue_.clear();
+    for (std::size_t i = 0; i < v.waiting.size(); ++i) {
+      if (kept[i] == nullptr) { continue; }
+      kept[i]->slot = queue_.size();
+      queue_.emplace_back(v.waiting[i].id.value, kept[i]);
     }
     // A delay hit waits for the request computing its prefix: that request must be a candidate,
     // even from outside the window (a younger request may own the prefix an older one needs), or
@@ -155,7 +192,7 @@ class strata_scheduler {
           if (v.waiting[i].id != id) { continue; }
           if (!v.waiting[i].started && std::find(fresh.begin(), fresh.end(), i) == fresh.end()) {
             fresh.push_back(i);
-            matches[i] = v.tree->probe(v.waiting[i].tokens);
+            probe(i);
           }
           break;
         }
@@ -178,7 +215,7 @@ class strata_scheduler {
     if (options_.order == strata_order::remaining_work) {
       // Chunked prefills under way first (they hold their device pages and their first token waits
       // on them); with balance, short prefills before them within half the budget (below).
-      std::vector<std::size_t> const ranked = remaining_work_order(v, fresh, started, matches, overdue);
+      std::vector<std::size_t> const ranked = remaining_work_order(v, fresh, started, matches, kept, overdue);
       bool const share = options_.balance && options_.short_percent > 0 && !started.empty();
       for (std::size_t i : ranked) {
         if (share && !v.waiting[i].started && rank(i) < 3) { order.push_back(i); }
@@ -251,7 +288,8 @@ class strata_scheduler {
         capped.push_back(i);  // may still get what the long ones leave
         continue;
       }
-      prefill_item const it = size_item(v, i, cap, r.started ? nullptr : &matches[i]);
+      prefill_item it = size_item(v, i, cap, r.started ? nullptr : &matches[i]);
+      if (!r.started) { it.probe = &kept[i]->probe; }
       if (it.first_chunk && it.new_pages > memory) {
         memory_full = true;
         plan.deferred.push_back({i, r.id, deferral_reason::memory, {}});
@@ -264,7 +302,8 @@ class strata_scheduler {
     // Budget the long ones left unused goes to the short ones that were capped.
     for (std::size_t i : capped) {
       waiting_request const& r = v.waiting[i];
-      prefill_item const it = budget > 0 && !memory_full ? size_item(v, i, budget, &matches[i]) : prefill_item{};
+      prefill_item it = budget > 0 && !memory_full ? size_item(v, i, budget, &matches[i]) : prefill_item{};
+      it.probe = &kept[i]->probe;
       if (budget <= 0 || memory_full || it.new_pages > memory) {
         memory_full = memory_full || (budget > 0 && it.new_pages > memory);
         plan.deferred.push_back({i, r.id, budget <= 0 ? deferral_reason::budget : deferral_reason::memory, {}});
@@ -273,6 +312,10 @@ class strata_scheduler {
       add_item(v, plan, it, budget, memory, loads);
     }
     if (options_.balance) { trim_loads(v, plan, loads); }
+    // Forget the requests that left (now and then: their memos cost nothing until then).
+    if (requests_.size() > 2 * v.waiting.size() + 64) {  // none of them is in `queue_`
+      std::erase_if(requests_, [&](auto const& e) { return e.second.seen != round_; });
+    }
     return plan;
   }
 
@@ -322,7 +365,7 @@ class strata_scheduler {
   std::vector<std::size_t> remaining_work_order(scheduler_view const& v, std::vector<std::size_t> const& fresh,
                                                 std::vector<std::size_t> const& started,
                                                 std::vector<match_result> const& matches,
-                                                std::vector<char>& overdue) const
+                                                std::vector<request_memo*>& kept, std::vector<char>& overdue) const
   {
     std::vector<std::size_t> all = started;
     all.insert(all.end(), fresh.begin(), fresh.end());
@@ -331,47 +374,60 @@ class strata_scheduler {
     for (std::size_t i : all) {
       rest[i] = remaining_s(v, i, matches[i]);
     }
-    // Deadlines of requests seen for the first time; forget those that left.
-    std::unordered_map<std::uint64_t, double> deadlines;
-    deadlines.reserve(all.size());
+    // Deadlines of requests seen for the first time (or not in the round before: they left).
+    std::vector<double> deadline(v.waiting.size(), 0.0);
     double ahead = 0;  // predicted work of the requests waiting now that arrived no later
     for (std::size_t i : all) {
       ahead += rest[i];
-      auto const known = deadlines_.find(v.waiting[i].id.value);
-      double const d = known != deadlines_.end() ? known->second : served_s_ + options_.deadline_slack * ahead;
-      deadlines.emplace(v.waiting[i].id.value, d);
+      request_memo& e = *kept[i];
+      if (e.dated == 0 || e.dated + 1 != round_) { e.deadline = served_s_ + options_.deadline_slack * ahead; }
+      e.dated = e.seen = round_;
+      deadline[i] = e.deadline;
     }
-    deadlines_ = std::move(deadlines);
     // A request others wait on as delay hits carries them: its deadline is the earliest of theirs and
     // its own, and its rank is its work per request it serves (Smith's rule: the order that
     // minimizes mean completion time when finishing one job finishes several).
-    std::unordered_map<std::uint64_t, std::size_t> position;
-    position.reserve(all.size());
-    for (std::size_t i : all) {
-      position.emplace(v.waiting[i].id.value, i);
-    }
-    std::vector<double> weight(v.waiting.size(), 1.0), deadline(v.waiting.size(), 0.0);
-    for (std::size_t i : all) {
-      deadline[i] = deadlines_.at(v.waiting[i].id.value);
-    }
+    std::vector<double> weight(v.waiting.size(), 1.0);
+    std::unordered_map<std::uint64_t, std::size_t> position;  // built only when delay hits wait
     for (std::size_t i : all) {
       match_result const& m = matches[i];
       if (v.waiting[i].started || !m.delay_hit || m.transient_owner == v.waiting[i].id) { continue; }
+      if (position.empty()) {
+        position.reserve(all.size());
+        for (std::size_t j : all) {
+          position.emplace(v.waiting[j].id.value, j);
+        }
+      }
       auto const owner = position.find(m.transient_owner.value);
       if (owner == position.end()) { continue; }
       weight[owner->second] += 1;
       deadline[owner->second] = std::min(deadline[owner->second], deadline[i]);
     }
     bool const aging = options_.deadline_slack > 0;
-    auto key = [&](std::size_t i) {
-      waiting_request const& r = v.waiting[i];
-      if (r.delay_hit_deferred && !r.started) { return std::pair{0, 0.0}; }
-      if (aging && deadline[i] <= served_s_) { return std::pair{1, deadline[i]}; }
-      return std::pair{2, rest[i] / weight[i]};
+    struct ranked {
+      std::uint64_t value;  // `detail::ordered_key` of the value within the group
+      std::uint32_t i;
+      std::uint8_t group;
     };
-    std::stable_sort(all.begin(), all.end(), [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
+    std::vector<ranked> keys, scratch;
+    keys.reserve(all.size());
     for (std::size_t i : all) {
-      overdue[i] = key(i).first == 1;
+      waiting_request const& r = v.waiting[i];
+      if (r.delay_hit_deferred && !r.started) {
+        keys.push_back({detail::ordered_key(0.0), std::uint32_t(i), 0});
+      } else if (aging && deadline[i] <= served_s_) {
+        keys.push_back({detail::ordered_key(deadline[i]), std::uint32_t(i), 1});
+      } else {
+        keys.push_back({detail::ordered_key(rest[i] / weight[i]), std::uint32_t(i), 2});
+      }
+    }
+    // By group, then value, then arrival order (`all`'s): two stable radix sorts, least
+    // significant first.
+    detail::stable_radix_sort(keys, scratch, [](ranked const& k) { return k.value; });
+    detail::stable_radix_sort<1>(keys, scratch, [](ranked const& k) { return std::uint64_t{k.group}; });
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      all[k] = keys[k].i;
+      overdue[keys[k].i] = keys[k].group == 1;
     }
     return all;
   }
@@ -408,8 +464,10 @@ class strata_scheduler {
   }
 
   strata_options options_;
-  mutable double served_s_ = 0;  // predicted prefill work (load + compute) of every plan made: the deadlines' clock
-  mutable std::unordered_map<std::uint64_t, double> deadlines_;  // request -> deadline (remaining_work order)
+  mutable double served_s_ = 0;      // predicted prefill work (load + compute) of every plan made: the deadlines' clock
+  mutable std::uint64_t round_ = 0;  // schedule calls made
+  mutable std::unordered_map<std::uint64_t, request_memo> requests_;    // request id -> what is kept of it
+  mutable std::vector<std::pair<std::uint64_t, request_memo*>> queue_;  // last round's requests, in queue order
 };
 static_assert(plan_finishing_strategy<strata_scheduler>);
 

@@ -180,7 +180,7 @@ inline batch_plan match_plan(hiradix_tree& tree, scheduler_view const& v, batch_
       if (it.prefix_pages >= 0) {
         tokens = tokens.first(std::min(tokens.size(), std::size_t(it.prefix_pages * v.tree->config().page_tokens)));
       }
-      match_result const m = tree.match(tokens);
+      match_result const m = it.probe != nullptr ? tree.match(tokens, *it.probe) : tree.match(tokens);
       if (cached_tokens_of(v, it.index, m) != it.cached_tokens || load_pages_of(v, m) != it.load_pages) {
         plan.deferred.push_back({it.index, it.id, deferral_reason::changed, {}});
         continue;
