@@ -460,8 +460,12 @@ TEST_CASE("gpu_executor: a corrupt record fails its own page, into the device an
     tier_stack<device_pool<layer_first>, pinned_host_pool, file_store&> tiers{
         device_pool<layer_first>{layer_first{memory.data(), geo, 8}}, pinned_host_pool{geo, 8}, disk};
     cuda_stream stream;
-    for (tier const to : {tier::device, tier::host}) {
-      CAPTURE(to_string(to));
+    // One chunk (the default staging), and chunks of two pages: the bad record in the third while
+    // the fourth is read (its read lands before the failure is reported).
+    for (auto const& [staging, to] :
+         {std::pair{std::int64_t{64} << 20, tier::device}, std::pair{std::int64_t{64} << 20, tier::host},
+          std::pair{4 * geo.page_bytes(), tier::device}}) {
+      CAPTURE(to_string(to), staging);
       copy_order read;
       read.from = tier::file;
       read.to = to;
@@ -469,7 +473,9 @@ TEST_CASE("gpu_executor: a corrupt record fails its own page, into the device an
       read.to_pages = slots;
       read.keys = keys;
       std::vector<copy_order> orders{read};
-      gpu_executor x;
+      gpu_executor_config c;
+      c.record_staging_bytes = staging;
+      gpu_executor x{c};
       auto const h = x.submit(tiers, std::span<copy_order const>{orders},
                               to == tier::device ? copy_kind::load : copy_kind::background, stream.get());
       x.synchronize();  // into the host the store reads on its own threads: the handle is pending until then

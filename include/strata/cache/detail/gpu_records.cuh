@@ -56,23 +56,60 @@ class gpu_record_thread {
   /**
    * @brief On the thread: the records of `d` from `src` into device store `dst`, on `s`. Each
    *        chunk is read (the store's queues do the I/O; this thread waits), then copied by
-   *        `enqueue(plan, s, backends)` while the next chunk is read.
+   *        `enqueue(plan, s, backends)` while the next chunk is read. From an
+   *        `async_record_store`, the next chunk's read is queued before this thread waits for the
+   *        current one, so that the store always has a read of the load to run: a drive starts no
+   *        write while a read runs on it, and a gap between chunks would let backups in.
    * @throw records_unread naming the slots a read lost (the chunks before it were enqueued: the
-   *        caller synchronizes `s` before it reports the failure)
+   *        caller synchronizes `s` before it reports the failure; a read queued after it has landed)
    */
   template <class S, class D, class Enqueue>
   void load(S& src, D& dst, direction const& d, cudaStream_t s, Enqueue&& enqueue)
   {
     kv_geometry const g = src.geometry();
     std::size_t const per = chunk_pages(g);
-    for (std::size_t at = 0, half = 0; at < d.pairs.size(); at += per, half ^= 1) {
-      direction const part = slice(d, at, std::min(per, d.pairs.size() - at));
-      page_first const records = staging_half(g, half);
-      record_legs const legs{part.pairs, records};
-      read_records(src, legs, part, "gpu_executor");
-      enqueue(copy_plan{records, dst.layout(), std::span<page_pair const>{legs.out}, layer_range::all(g)}, s,
-              backends_);
+    std::size_t const n = d.pairs.size();
+    auto const copy_in = [&](std::span<page_pair const> out, page_first const& records, std::size_t half) {
+      enqueue(copy_plan{records, dst.layout(), out, layer_range::all(g)}, s, backends_);
       STRATA_CUDA_TRY(cudaEventRecord(half_free_[half].get(), s));
+    };
+    if constexpr (async_record_store<S>) {
+      (void)staging_half(g, 0);  // allocated (or grown) now, while no read is in flight
+      auto const start = [&](std::size_t at, std::size_t half) {
+        return start_read(src, slice(d, at, std::min(per, n - at)), staging_half(g, half));
+      };
+      std::optional<record_read> current{start(0, 0)};
+      for (std::size_t at = 0, half = 0; at < n; at += per, half ^= 1) {
+        std::optional<record_read> next;
+        try {
+          if (at + per < n) { next.emplace(start(at + per, half ^ 1)); }
+          finish_read(src, *current, "gpu_executor");
+        } catch (...) {
+          if (next) {  // it reads into the staging: let it land before the failure is reported
+            std::span<bool> const intact{next->intact.get(), next->legs.from.size()};
+            try {
+              (void)src.wait(next->ticket, intact);
+            } catch (...) {  // the first failure is the one reported
+            }
+          } else if (at + per < n) {  // `next` could not start: `current` is still in flight
+            try {
+              finish_read(src, *current, "gpu_executor");
+            } catch (...) {
+            }
+          }
+          throw;
+        }
+        copy_in(current->legs.out, staging_half(g, half), half);
+        current = std::move(next);
+      }
+    } else {
+      for (std::size_t at = 0, half = 0; at < n; at += per, half ^= 1) {
+        direction const part = slice(d, at, std::min(per, n - at));
+        page_first const records = staging_half(g, half);
+        record_legs const legs{part.pairs, records};
+        read_records(src, legs, part, "gpu_executor");
+        copy_in(legs.out, records, half);
+      }
     }
   }
 

@@ -192,6 +192,21 @@ void read_records_into(S& store, record_legs const& legs, direction const& d, st
   }
 }
 
+/// @brief The `records_unread` of a read of `legs` from tier `from` that lost `lost` (`error`: why
+///        the read as a whole failed, when it threw).
+inline records_unread unread(tier from, record_legs const& legs, std::vector<std::int64_t> lost, char const* who,
+                             char const* error = nullptr)
+{
+  if (error != nullptr) {
+    return records_unread(concat("strata: ", who, ": reading ", legs.from.size(), " records from the ", to_string(from),
+                                 " tier failed: ", error),
+                          from, legs.from);
+  }
+  std::string what = concat("strata: ", who, ": ", lost.size(), " of ", legs.from.size(), " records read from the ",
+                            to_string(from), " tier did not arrive intact (a miss)");
+  return records_unread(what, from, std::move(lost));
+}
+
 /// @brief Reads the records of `legs` from record store `store`, refusing records of other keys
 ///        where the store checks them (`keyed_record_store`) and the orders carry keys.
 /// @throw records_unread naming the slots lost: those a `page_status_store` says did not arrive,
@@ -203,14 +218,48 @@ void read_records(S& store, record_legs const& legs, direction const& d, char co
   try {
     read_records_into(store, legs, d, lost);
   } catch (std::exception const& e) {  // an I/O error as an exception, no memory: nothing is known intact
-    throw records_unread(concat("strata: ", who, ": reading ", legs.from.size(), " records from the ",
-                                to_string(S::kind), " tier failed: ", e.what()),
-                         S::kind, legs.from);
+    throw unread(S::kind, legs, {}, who, e.what());
   }
-  if (lost.empty()) { return; }
-  throw records_unread(concat("strata: ", who, ": ", lost.size(), " of ", legs.from.size(), " records read from the ",
-                              to_string(S::kind), " tier did not arrive intact (a miss)"),
-                       S::kind, std::move(lost));
+  if (!lost.empty()) { throw unread(S::kind, legs, std::move(lost), who); }
+}
+
+/// @brief A read of an `async_record_store` in flight: its records (`legs`), what it checks them
+///        against (`part`), its ticket and where the store says which arrived.
+struct record_read {
+  direction part;
+  record_legs legs;
+  io_ticket ticket;
+  std::unique_ptr<bool[]> intact;
+};
+
+/// @brief Starts reading pairs `part` into `records` (checking keys where `part` has them).
+/// @throw as the store's `submit_read`: nothing started
+template <async_record_store S>
+[[nodiscard]] record_read start_read(S& store, direction part, page_first const& records)
+{
+  record_legs legs{part.pairs, records};
+  std::unique_ptr<bool[]> intact{new bool[legs.from.size()]};
+  io_ticket const t = store.submit_read(legs.from, legs.at, std::span<std::uint64_t const>{part.keys});
+  return record_read{std::move(part), std::move(legs), t, std::move(intact)};
+}
+
+/// @brief Waits for `r`. @throw records_unread as `read_records`
+template <async_record_store S>
+void finish_read(S& store, record_read& r, char const* who)
+{
+  std::span<bool> const intact{r.intact.get(), r.legs.from.size()};
+  bool ok = false;
+  try {
+    ok = store.wait(r.ticket, intact);
+  } catch (std::exception const& e) {
+    throw unread(S::kind, r.legs, {}, who, e.what());
+  }
+  if (ok) { return; }
+  std::vector<std::int64_t> lost;
+  for (std::size_t i = 0; i < intact.size(); ++i) {
+    if (!intact[i]) { lost.push_back(r.legs.from[i]); }
+  }
+  if (!lost.empty()) { throw unread(S::kind, r.legs, std::move(lost), who); }
 }
 
 /// @brief Writes the records of `legs` to record store `store`, with each page's identity where the
