@@ -30,6 +30,9 @@
 //   bench_engine_loop [--quick]        (--quick: 4K/8K-token documents instead of 8K/16K/32K)
 //   STRATA_BENCH_DOC_TOKENS=n          the measured document's tokens (default 32K; 8K with --quick)
 //   STRATA_BENCH_REPS=n                repetitions of (a)-(e) (default 5)
+//   STRATA_BENCH_REFERENCE_GIB=n       most GiB the plain read of (c) reads (default 4, the time scaled
+//                                      to the document's bytes): set it to the document's size on a disk
+//                                      whose short reads run faster than long ones
 #include "llama_gemms.cuh"
 
 #include <strata/cache/gpu_policies.cuh>
@@ -312,12 +315,15 @@ tokens_t random_tokens(std::mt19937_64& rng, std::int64_t n, std::int32_t base)
 }
 /// Milliseconds of a plain sequential O_DIRECT read of `bytes` from a file written in `dir` first
 /// (buffered I/O where the file system refuses O_DIRECT): the disk's own rate, for (c). At most
-/// 4 GiB are read, and the time scaled to `bytes` (a 128K-token document would need 16 GiB more
-/// of the disk, or of the RAM behind /dev/shm).
+/// `STRATA_BENCH_REFERENCE_GIB` (default 4) GiB are read, and the time scaled to `bytes` (a
+/// 128K-token document would need 16 GiB more of the disk, or of the RAM behind /dev/shm).
 double sequential_read_ms(std::filesystem::path const& dir, std::size_t const full)
 {
   std::size_t const chunk = std::size_t{64} << 20;
-  std::size_t const bytes = std::min(full, std::size_t{4} << 30);
+  std::size_t cap = std::size_t{4} << 30;
+  if (char const* gib = std::getenv("STRATA_BENCH_REFERENCE_GIB")) { cap = std::size_t(std::atoll(gib)) << 30; }
+  STRATA_EXPECTS(cap > 0, "bench_engine_loop: STRATA_BENCH_REFERENCE_GIB must be positive");
+  std::size_t const bytes = std::min(full, cap);
   void* raw = nullptr;
   STRATA_EXPECTS(::posix_memalign(&raw, 4096, chunk) == 0, "bench_engine_loop: no memory for the read reference");
   std::unique_ptr<void, decltype(&std::free)> buf{raw, &std::free};
