@@ -6,6 +6,7 @@
 #include <strata/tier/pinned_host_pool.cuh>
 #include <strata/transfer/dma_copy.cuh>
 
+#include <mutex>
 #include <type_traits>
 
 #include "controller_impl.hpp"
@@ -126,6 +127,9 @@ class copier_impl final : public gpu_copier_api {
                                         "records, page_first, on one side; the other in device memory)"));
           } else {
             copy_plan<S, D> const plan{s, d, pages, layers};
+            // A backend is not thread-safe (its descriptor ring, its events) and Python calls this
+            // without the GIL: one copy at a time.
+            std::lock_guard lock{m_};
             transfer_handle h = strata::submit(*b_, plan, cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)},
                                                per_layer ? completion::per_layer : completion::whole);
             return std::make_unique<transfer_impl>(std::move(h), b_);
@@ -136,6 +140,7 @@ class copier_impl final : public gpu_copier_api {
 
  private:
   std::shared_ptr<B> b_;
+  std::mutex m_;
 };
 
 class pinned_pool_impl final : public pinned_pool_api {

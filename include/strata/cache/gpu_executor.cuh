@@ -282,7 +282,12 @@ class gpu_executor {
     st.records.wait_all();
     if (!st.cuda) { return; }
     if (st.cuda->thread) { st.cuda->thread->drain(); }
-    for (auto const& h : st.cuda->threaded) {
+    std::array<transfer_handle, 2> threaded;
+    {
+      std::lock_guard lock{st.cuda->threaded_mutex};  // `issue` replaces them (under the caller's lock, not ours)
+      threaded = st.cuda->threaded;
+    }
+    for (auto const& h : threaded) {
       if (h.valid() && !h.failed()) { h.synchronize(); }
     }
     STRATA_CUDA_TRY(cudaStreamSynchronize(st.cuda->load_stream));
@@ -357,6 +362,7 @@ class gpu_executor {
     dma_batch direct;                     // dma_batch on the calling thread (no submit thread, or several directions)
     std::optional<submit_thread> thread;  // destroyed first: it finishes enqueueing into `load`/`copy`
     std::array<transfer_handle, 2> threaded;  // the submit thread's last transfer of each kind
+    std::mutex threaded_mutex;                // `synchronize` reads `threaded` from any thread
     // Records to and from the device: loads, background copies (started at first use; the state
     // waits for their jobs before these go).
     std::array<std::unique_ptr<detail::gpu_record_thread>, 2> records;
@@ -555,6 +561,7 @@ class gpu_executor {
         if (cp.thread && alone) {
           h = cp.thread->submit(std::get<dma_batch>(set), plan, s, c,
                                 kind == copy_kind::load ? transfer_kind::load : transfer_kind::backup);
+          std::lock_guard lock{cp.threaded_mutex};
           cp.threaded[k] = h;
         } else {
           h = strata::submit(cp.direct, plan, s, c);
