@@ -864,6 +864,11 @@ TEST_CASE("strata's probes kept across rounds plan as fresh probes while the ind
   std::int64_t reused = 0, planned = 0;
   for (int round = 0; round < 150; ++round) {
     INFO("round " << round);
+    if (round == 75) {  // a copy whose source is gone goes on with memos of its own
+      strata_scheduler copy{kept};
+      kept = strata_scheduler{options};  // the source's memos are freed
+      kept = std::move(copy);
+    }
     auto const v = f.view(2048);
     batch_plan const fresh = strata_scheduler{options}.schedule(v);
     batch_plan const plan = kept.schedule(v);

@@ -59,6 +59,7 @@ struct prefill_item {
   std::int64_t prefix_pages = -1;
   /// First chunk, optional: the strategy's memo of the probe the item was sized from (kept across
   /// rounds); `match_plan` then follows its path where it is unchanged instead of comparing tokens.
+  /// It belongs to the strategy: valid until its next `schedule`.
   probe_memo* probe = nullptr;
 };
 

@@ -126,6 +126,27 @@ class strata_scheduler {
                    "strata_scheduler: deadline_slack must be finite and not negative, got ", options.deadline_slack);
   }
 
+  /// @brief A copy keeps the options, the deadlines and the probe memos (its own: the queue order
+  ///        it finds them by is rebuilt at its first round).
+  strata_scheduler(strata_scheduler const& other)
+      : options_{other.options_}, served_s_{other.served_s_}, round_{other.round_}, requests_{other.requests_}
+  {
+  }
+  strata_scheduler& operator=(strata_scheduler const& other)
+  {
+    if (this != &other) {
+      options_ = other.options_;
+      served_s_ = other.served_s_;
+      round_ = other.round_;
+      requests_ = other.requests_;
+      queue_.clear();  // it pointed into the old memos
+    }
+    return *this;
+  }
+  strata_scheduler(strata_scheduler&&) noexcept = default;  ///< the memos move with their map's nodes
+  strata_scheduler& operator=(strata_scheduler&&) noexcept = default;
+  ~strata_scheduler() = default;
+
   /// @brief The options.
   [[nodiscard]] strata_options const& options() const noexcept { return options_; }
   /// @brief Delay hits need the engine to mark waiting prefixes as transient.
