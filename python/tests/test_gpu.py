@@ -123,6 +123,19 @@ def test_transformers_on_the_gpu_is_bit_exact():
     pool.commit(cache)
 
 
+def assert_records_in_pool(host, k, v, perm, pt):
+    """Record p of ``host`` ([layer][plane][token][head][dim]) is page ``perm[p]`` of the pool's
+    per-layer K and V tensors ([pages * pt, heads, dim]): checked with torch indexing."""
+    pages, layers = host.shape[0], len(k)
+    heads, dim = k[0].shape[1], k[0].shape[2]
+    rec = host.view(pages, layers, 2, pt, heads, dim)
+    idx = torch.tensor(perm, device="cuda")
+    for layer in range(layers):
+        got_k = k[layer].view(-1, pt, heads, dim).index_select(0, idx).cpu()
+        got_v = v[layer].view(-1, pt, heads, dim).index_select(0, idx).cpu()
+        assert torch.equal(got_k, rec[:, layer, 0]) and torch.equal(got_v, rec[:, layer, 1]), f"layer {layer}"
+
+
 @gpu
 @pytest.mark.parametrize("backend", ["gpu_assisted", "dma_batch", "staged", "dma_copy"])
 def test_gpu_copier_moves_scattered_pages_exactly_with_copies_in_flight(backend):
@@ -155,13 +168,7 @@ def test_gpu_copier_moves_scattered_pages_exactly_with_copies_in_flight(backend)
     for t in loads:
         t.synchronize()
         assert t.done()
-    # The reference: page p's record is [layer][plane][token][head][dim].
-    rec = host.view(pages, L, 2, pt, H, D)
-    idx = torch.tensor(perm, device="cuda")
-    for layer in range(L):
-        got_k = k[layer].view(dev_pages, pt, H, D).index_select(0, idx).cpu()
-        got_v = v[layer].view(dev_pages, pt, H, D).index_select(0, idx).cpu()
-        assert torch.equal(got_k, rec[:, layer, 0]) and torch.equal(got_v, rec[:, layer, 1]), f"layer {layer}"
+    assert_records_in_pool(host, k, v, perm, pt)
     # And back out to other records, per layer, waited for on a stream.
     s = torch.cuda.current_stream().cuda_stream
     t = copier.copy(strata.copy_plan(pool, dst_back, [(perm[p], p) for p in range(pages)]), s)
@@ -210,12 +217,7 @@ def test_gpu_copier_shared_by_threads_moves_every_page_exactly(backend):
         t.join()
     assert not errors
     torch.cuda.synchronize()
-    rec = host.view(pages, L, 2, pt, H, D)
-    idx = torch.tensor(perm, device="cuda")
-    for layer in range(L):
-        got_k = k[layer].view(pages, pt, H, D).index_select(0, idx).cpu()
-        got_v = v[layer].view(pages, pt, H, D).index_select(0, idx).cpu()
-        assert torch.equal(got_k, rec[:, layer, 0]) and torch.equal(got_v, rec[:, layer, 1]), f"layer {layer}"
+    assert_records_in_pool(host, k, v, perm, pt)
 
 
 @gpu
