@@ -123,6 +123,41 @@ def test_rejections(model):
     assert pool.controller.live_requests() == 0
 
 
+class _LoadFailsOnGpu:
+    """The pool's controller, except that ``complete`` reports the loads failed: what a GPU says only
+    after the model ran (its ``wait_layer`` orders the stream and returns)."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def complete(self, loads):
+        self._real.complete(loads)
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def test_commit_after_a_failed_load_caches_nothing_and_ends_the_request(model):
+    pool = StrataKVPool(model.config, device_pages=16, host_pages=16, page_tokens=16, dtype=torch.float32)
+    real = pool.controller
+    ids = torch.arange(40)
+    cache = pool.cache_for(ids)
+    with torch.no_grad():
+        model(ids[None], past_key_values=cache, use_cache=True)
+    pool.controller = _LoadFailsOnGpu(real)
+    try:
+        with pytest.raises(strata.Error, match="failed: what the model computed from it was not cached"):
+            pool.commit(cache)
+    finally:
+        pool.controller = real
+    assert real.live_requests() == 0
+    assert real.probe(ids.tolist()).tokens == 0  # nothing of it entered the index
+    with pytest.raises(strata.Error, match="committed already"):
+        pool.commit(cache)
+    real.check_invariants()
+
+
 @pytest.fixture(scope="module")
 def mla_model():
     """A tiny random DeepSeek-V3-shaped model: transformers caches its MLA latent (compressed KV, rotary key)."""

@@ -284,7 +284,14 @@ class StrataKVPool:
                            "run the model on it before commit")
         cached_pages = sum(cache.cached_pages)
         prompt_pages = len(cache.tokens) // pt
-        c.complete(cache.loads)
+        # On a GPU a load fails asynchronously: wait_layer only ordered the stream, the model may
+        # have read what a failed load left. Then nothing of the request is cached, and it ends.
+        if not c.complete(cache.loads) or c.failed(cache.id):
+            c.release(cache.id)
+            c.poll(stream)
+            cache.committed = True
+            raise _s.Error(f"StrataKVPool: a load of request {cache.id} failed: what the model computed from it was "
+                           "not cached and the request was released; run it again")
         self._scatter(cache, cache.page_table, cached_pages, min(prompt_pages, have // pt))
         c.finish_prefill(cache.id, stream)
         keep = None
