@@ -102,7 +102,6 @@ class strata_scheduler {
     double deadline = 0;      // remaining_work order
     std::uint64_t dated = 0;  // the last round that ranked it by deadline, 0: none (the deadline holds while it stays)
     std::uint64_t seen = 0;   // the last round that looked at it
-    std::size_t slot = 0;     // its place in `queue_`
   };
 
  public:
@@ -126,27 +125,6 @@ class strata_scheduler {
                    "strata_scheduler: deadline_slack must be finite and not negative, got ", options.deadline_slack);
   }
 
-  /// @brief A copy keeps the options, the deadlines and the probe memos (its own: the queue order
-  ///        it finds them by is rebuilt at its first round).
-  strata_scheduler(strata_scheduler const& other)
-      : options_{other.options_}, served_s_{other.served_s_}, round_{other.round_}, requests_{other.requests_}
-  {
-  }
-  strata_scheduler& operator=(strata_scheduler const& other)
-  {
-    if (this != &other) {
-      options_ = other.options_;
-      served_s_ = other.served_s_;
-      round_ = other.round_;
-      requests_ = other.requests_;
-      queue_.clear();  // it pointed into the old memos
-    }
-    return *this;
-  }
-  strata_scheduler(strata_scheduler&&) noexcept = default;  ///< the memos move with their map's nodes
-  strata_scheduler& operator=(strata_scheduler&&) noexcept = default;
-  ~strata_scheduler() = default;
-
   /// @brief The options.
   [[nodiscard]] strata_options const& options() const noexcept { return options_; }
   /// @brief Delay hits need the engine to mark waiting prefixes as transient.
@@ -168,19 +146,11 @@ class strata_scheduler {
     std::vector<std::size_t> fresh, started;
     std::vector<match_result> matches(v.waiting.size());
     std::vector<request_memo*> kept(v.waiting.size(), nullptr);  // stable: the map's nodes stay put
-    std::size_t cursor = 0;                                      // into last round's requests, in queue order
     auto const memo_of = [&](std::size_t i) -> request_memo& {
-      std::uint64_t const id = v.waiting[i].id.value;
-      request_memo* e = nullptr;
-      if (cursor < queue_.size() && queue_[cursor].first == id) {  // the queue keeps its order
-        e = queue_[cursor++].second;
-      } else {
-        e = &requests_[id];
-        if (e->slot < queue_.size() && queue_[e->slot].first == id) { cursor = e->slot + 1; }
-      }
-      e->seen = round_;
-      kept[i] = e;
-      return *e;
+      request_memo& e = requests_[v.waiting[i].id.value];
+      e.seen = round_;
+      kept[i] = &e;
+      return e;
     };
     auto const probe = [&](std::size_t i) { matches[i] = v.tree->probe(v.waiting[i].tokens, memo_of(i).probe); };
     for (std::size_t i = 0; i < v.waiting.size(); ++i) {
@@ -191,12 +161,6 @@ class strata_scheduler {
         fresh.push_back(i);
         probe(i);
       }
-    }
-    queue_.clear();
-    for (std::size_t i = 0; i < v.waiting.size(); ++i) {
-      if (kept[i] == nullptr) { continue; }
-      kept[i]->slot = queue_.size();
-      queue_.emplace_back(v.waiting[i].id.value, kept[i]);
     }
     // A delay hit waits for the request computing its prefix: that request must be a candidate,
     // even from outside the window (a younger request may own the prefix an older one needs), or
@@ -334,7 +298,7 @@ class strata_scheduler {
     }
     if (options_.balance) { trim_loads(v, plan, loads); }
     // Forget the requests that left (now and then: their memos cost nothing until then).
-    if (requests_.size() > 2 * v.waiting.size() + 64) {  // none of them is in `queue_`
+    if (requests_.size() > 2 * v.waiting.size() + 64) {
       std::erase_if(requests_, [&](auto const& e) { return e.second.seen != round_; });
     }
     return plan;
@@ -487,8 +451,7 @@ class strata_scheduler {
   strata_options options_;
   mutable double served_s_ = 0;      // predicted prefill work (load + compute) of every plan made: the deadlines' clock
   mutable std::uint64_t round_ = 0;  // schedule calls made
-  mutable std::unordered_map<std::uint64_t, request_memo> requests_;    // request id -> what is kept of it
-  mutable std::vector<std::pair<std::uint64_t, request_memo*>> queue_;  // last round's requests, in queue order
+  mutable std::unordered_map<std::uint64_t, request_memo> requests_;  // request id -> what is kept of it
 };
 static_assert(plan_finishing_strategy<strata_scheduler>);
 
