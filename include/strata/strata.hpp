@@ -17,6 +17,7 @@
 #include <strata/error.hpp>
 #include <strata/geometry.hpp>
 #include <strata/index/hiradix_tree.hpp>
+#include <strata/index/hiradix_types.hpp>
 #include <strata/index/page_key.hpp>
 #include <strata/layout/engine.hpp>
 #include <strata/layout/layer_first.hpp>
