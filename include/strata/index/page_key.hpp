@@ -11,25 +11,14 @@
  */
 #pragma once
 
+#include <strata/detail/hash.hpp>
+
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <vector>
 
 namespace strata {
-
-namespace detail {
-/// @brief The 64-bit finalizer of MurmurHash3: every input bit reaches every output bit.
-constexpr std::uint64_t mix64(std::uint64_t h) noexcept
-{
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
-}  // namespace detail
 
 /**
  * @brief The content key of one page.
