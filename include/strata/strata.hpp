@@ -12,6 +12,7 @@
 #include <strata/cache/controller.hpp>
 #include <strata/cache/executor.hpp>
 #include <strata/cache/policies.hpp>
+#include <strata/cache/remote_tier.hpp>
 #include <strata/cache/requests.hpp>
 #include <strata/config.hpp>
 #include <strata/error.hpp>

@@ -231,33 +231,9 @@ std::uint64_t page_key(tokens_t const& tokens, std::int64_t p) { return test::pa
 cost_model reading_pays() { return test::reading_pays(geo); }
 /// The engine "computes" page `p` of `tokens` into device page `dev`.
 void write_page(layer_first const& l, tokens_t const& tokens, std::int64_t p, std::int64_t dev)
-{
-  std::uint64_t const key = page_key(tokens, p);
-  for (std::int64_t layer = 0; layer < geo.layers; ++layer) {
-    for (std::int64_t k = 0; k < geo.planes; ++k) {
-      std::byte* b = l.block(dev, layer, k).data;
-      for (std::int64_t w = 0; w < geo.block_bytes() / 8; ++w) {
-        std::uint64_t const v = test::kv_word(key, layer, k, w);
-        std::memcpy(b + w * 8, &v, 8);
-      }
-    }
-  }
-}
+{ test::write_kv_page(l, geo, tokens, p, dev); }
 bool page_ok(layer_first const& l, tokens_t const& tokens, std::int64_t p, std::int64_t dev)
-{
-  std::uint64_t const key = page_key(tokens, p);
-  for (std::int64_t layer = 0; layer < geo.layers; ++layer) {
-    for (std::int64_t k = 0; k < geo.planes; ++k) {
-      std::byte const* b = l.block(dev, layer, k).data;
-      for (std::int64_t w = 0; w < geo.block_bytes() / 8; ++w) {
-        std::uint64_t v;
-        std::memcpy(&v, b + w * 8, 8);
-        if (v != test::kv_word(key, layer, k, w)) { return false; }
-      }
-    }
-  }
-  return true;
-}
+{ return test::kv_page_ok(l, geo, tokens, p, dev); }
 
 /// A random engine driving the controller; it checks every page it reads.
 template <class Policies = policies>

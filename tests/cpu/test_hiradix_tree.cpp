@@ -554,6 +554,67 @@ TEST_CASE("hiradix_tree: adopt learns file-tier pages kept across a restart", "[
   tree.check_invariants();
 }
 
+TEST_CASE("hiradix_tree: adopt learns pages a shared remote store holds, up to the remote capacity", "[cpu][hiradix]")
+{
+  hiradix_config c = small_config(write_policy::write_through);
+  c.capacity = {64, 32, 0, 6};
+  hiradix_tree tree{c};
+  tokens_t const a = seq(0, 16);
+  CHECK_THROWS_AS(tree.adopt(tier::remote, a, std::vector<std::int64_t>{1, 2, 3, 4}), invalid_argument);
+  CHECK(tree.adopt(tier::remote, a, {}).pages == 4);
+  CHECK(tree.probe(a).fastest_tokens[3] == 16);
+  // A longer prefix: the 4 shared pages are held already, 2 more fit, the rest does not.
+  tokens_t const b = seq(0, 32);
+  CHECK(tree.adopt(tier::remote, b, {}).pages == 0);  // 4 new pages past the capacity's 2: none taken
+  tokens_t const c2 = seq(0, 24);
+  CHECK(tree.adopt(tier::remote, c2, {}).pages == 2);
+  CHECK(tree.probe(b).fastest_tokens[3] == 24);
+  tree.check_invariants();
+  // A transient node stops the walk: nothing hangs below one.
+  tokens_t const d = seq(500, 8);
+  (void)tree.mark_in_queue(request_id{1}, d);
+  CHECK(tree.adopt(tier::remote, d, {}).pages == 0);
+  tree.abort(request_id{1});
+  // Remote pages load like any other record tier's: remote -> device.
+  auto loads = tree.load(tree.match(a).node, ids(0, 4));
+  REQUIRE(!loads.empty());
+  for (auto const& o : loads) {
+    CHECK(o.from == tier::remote);
+    (void)tree.complete(o.id);
+  }
+  tree.check_invariants();
+}
+
+TEST_CASE("hiradix_tree: a page landing on the host is copied to the remote tier (write-through)", "[cpu][hiradix]")
+{
+  hiradix_config c = small_config(write_policy::write_through);
+  c.capacity = {64, 32, 0, 64};
+  hiradix_tree tree{c};
+  tokens_t const t = seq(7, 12);
+  (void)tree.insert(t, ids(0, 3));
+  std::vector<copy_order> backups = tree.take_copies();
+  REQUIRE(backups.size() == 1);
+  CHECK(backups[0].to == tier::host);
+  CHECK(tree.take_copies().empty());
+  (void)tree.complete(backups[0].id);  // on the host: the remote copy follows
+  auto remote = tree.take_copies();
+  REQUIRE(remote.size() == 1);
+  CHECK(remote[0].from == tier::host);
+  CHECK(remote[0].to == tier::remote);
+  CHECK(remote[0].ids == t);  // the store keeps the pages' ids
+  (void)tree.complete(remote[0].id);
+  CHECK(tree.probe(t).tier_tokens[3] == 12);
+  tree.check_invariants();
+  // write_back: nothing goes to the remote tier on landing.
+  c.remote_backup_policy = write_policy::write_back;
+  hiradix_tree quiet{c};
+  (void)quiet.insert(t, ids(0, 3));
+  auto b = quiet.take_copies();
+  REQUIRE(b.size() == 1);
+  (void)quiet.complete(b[0].id);
+  CHECK(quiet.take_copies().empty());
+}
+
 TEST_CASE("hiradix_tree: prefetch copies a file-only prefix up to the host; loads read the host once it lands",
           "[cpu][hiradix]")
 {

@@ -7,7 +7,7 @@
 
 namespace strata::test {
 
-/// @brief The H200 cost model for `g` with a file tier that reads and writes faster than the tiny
+/// @brief The H200 cost model for `g` with file and remote tiers that read and writes faster than the tiny
 ///        test models compute, so that the index keeps pages there and plans load file hits (with
 ///        the default one a page of these models is cheaper to recompute than to write and read:
 ///        `cost_model::record_breakeven_tokens`, `choose_prefix`) — for tests of the data path,
@@ -16,9 +16,11 @@ inline cost_model reading_pays(kv_geometry const& g)
 {
   cost_model const c = h200::costs_for(g);
   io_costs io = c.io();
-  io.load_bytes_per_s[std::size_t(tier::file)] = 1e15;
-  io.store_bytes_per_s[std::size_t(tier::file)] = 1e15;
-  io.load_latency_s[std::size_t(tier::file)] = 0;
+  for (tier t : {tier::file, tier::remote}) {
+    io.load_bytes_per_s[std::size_t(t)] = 1e15;
+    io.store_bytes_per_s[std::size_t(t)] = 1e15;
+    io.load_latency_s[std::size_t(t)] = 0;
+  }
   io.load_latency_s[std::size_t(tier::host)] = 0;
   return cost_model{c.compute(), io, c.page_bytes(), c.page_tokens()};
 }

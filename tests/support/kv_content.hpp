@@ -4,9 +4,11 @@
 #pragma once
 
 #include <strata/config.hpp>
+#include <strata/geometry.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace strata::test {
@@ -30,6 +32,42 @@ STRATA_HOST_DEVICE inline std::uint64_t kv_word(std::uint64_t key, std::int64_t 
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+/// @brief The engine "computes" page `p` of `tokens` into device page `dev` of a layer-first pool.
+template <class Layout>
+void write_kv_page(Layout const& l, kv_geometry const& g, std::vector<std::int32_t> const& tokens, std::int64_t p,
+                   std::int64_t dev)
+{
+  std::uint64_t const key = page_key(tokens, g.page_tokens, p);
+  for (std::int64_t layer = 0; layer < g.layers; ++layer) {
+    for (std::int64_t k = 0; k < g.planes; ++k) {
+      std::byte* b = l.block(dev, layer, k).data;
+      for (std::int64_t w = 0; w < g.block_bytes() / 8; ++w) {
+        std::uint64_t const v = kv_word(key, layer, k, w);
+        std::memcpy(b + w * 8, &v, 8);
+      }
+    }
+  }
+}
+
+/// @brief Whether device page `dev` holds page `p` of `tokens` as `write_kv_page` computed it.
+template <class Layout>
+bool kv_page_ok(Layout const& l, kv_geometry const& g, std::vector<std::int32_t> const& tokens, std::int64_t p,
+                std::int64_t dev)
+{
+  std::uint64_t const key = page_key(tokens, g.page_tokens, p);
+  for (std::int64_t layer = 0; layer < g.layers; ++layer) {
+    for (std::int64_t k = 0; k < g.planes; ++k) {
+      std::byte const* b = l.block(dev, layer, k).data;
+      for (std::int64_t w = 0; w < g.block_bytes() / 8; ++w) {
+        std::uint64_t v;
+        std::memcpy(&v, b + w * 8, 8);
+        if (v != kv_word(key, layer, k, w)) { return false; }
+      }
+    }
+  }
+  return true;
 }
 
 }  // namespace strata::test

@@ -36,6 +36,7 @@
 #include <strata/cache/detail/submission_log.hpp>
 #include <strata/cache/executor.hpp>
 #include <strata/cache/policies.hpp>
+#include <strata/cache/remote_tier.hpp>
 #include <strata/cache/requests.hpp>
 #include <strata/index/hiradix_tree.hpp>
 #include <strata/presets/h200.hpp>
@@ -268,6 +269,12 @@ class cache_controller {
   [[nodiscard]] bool worth_reading(match_result const& m, std::int64_t prompt_tokens) const;
   bool held_for_prefetch(std::vector<std::size_t>& shown);
 
+  // -- remote lookups (a remote tier over a shared store: `prompt_lookup_store`) --
+  void start_lookup(state& s);
+  /// Settles the lookups that answered: adopts the pages found, then prefetches them (`stream`) or
+  /// leaves that to the next `poll`.
+  void settle_lookups(stream_type const* stream);
+
   // -- settling submissions --
   /// Settles in-flight submission `i` if it is no longer pending (removing it); false while it is.
   bool settle(std::size_t i);
@@ -299,6 +306,8 @@ class cache_controller {
   detail::compute_registry registry_;
   std::uint64_t round_ = 0;
   std::uint64_t begun_ = 0;
+  std::size_t lookups_pending_ = 0;            // waiting requests with a remote lookup
+  std::vector<std::uint64_t> orphan_lookups_;  // lookups of requests released meanwhile
   cache_stats stats_{};
 };
 

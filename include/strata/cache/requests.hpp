@@ -42,6 +42,10 @@ struct controller_options {
   /// host eviction (`write_back`: the write stands between reclamation and the freed page), or
   /// after `selective_hits` hits.
   write_policy file_backup_policy = write_policy::write_through;
+  /// When host pages are copied to the remote tier: as soon as they are on the host
+  /// (`write_through`, the default: other instances find a prefix as soon as one computed it), or
+  /// when they leave the tier above (`write_back`).
+  write_policy remote_backup_policy = write_policy::write_through;
   /// Prefetch of a submitted request's prefix from the file or remote tier into the host tier, on
   /// the record store's own I/O threads (`submit` returns at once). `wait_complete`, the default,
   /// holds the request until it landed: starting it at once (`best_effort`) would read the same
@@ -170,6 +174,12 @@ struct cache_stats {
   /// first page, another page size, a duplicate): their slots are reused.
   std::int64_t restored_pages = 0;
   std::int64_t restore_dropped = 0;
+  /// A remote tier over a shared store (`remote_tier`): prompts asked about, leading pages the
+  /// store held beyond what this controller knew (adopted as remote-resident: other instances
+  /// computed them), and rounds a request was held back for its lookup.
+  std::int64_t remote_lookups = 0;
+  std::int64_t remote_found_pages = 0;
+  std::int64_t remote_lookup_waits = 0;
 };
 
 }  // namespace strata

@@ -205,6 +205,8 @@ class hiradix_tree {
    *        tells a new index where they are. The slots are claimed in the tier's allocator. Pages the
    *        index already holds in `t` keep their slots (the given one is not taken, and stays free);
    *        the walk stops at a transient node (nothing hangs below one). Adopted nodes count as used now.
+   *        The remote tier takes no slots (`slots` empty: its pages are named by their keys): the
+   *        pages another instance put in a shared store; the walk stops where its capacity ends.
    * @return pages taken, and the deepest node walked
    * @throw strata::invalid_argument for another tier or one the tree lacks, a slot count other than
    *        the whole pages, or a slot out of range, listed twice or already allocated; nothing changes then
@@ -485,6 +487,10 @@ class hiradix_tree {
   /// Queues a host -> file copy of node `i` (the file write policy) if it is on the host only and
   /// nothing is pending.
   void file_backup(std::uint32_t i);
+  /// Host -> remote copy of a node on the host the remote tier lacks (`remote_backup_policy`).
+  void remote_backup(std::uint32_t i);
+  /// `adopt`'s checks of a host or file tier's slots (nothing changes).
+  void check_adopt_slots(tier t, std::span<std::int32_t const> tokens, std::span<std::int64_t const> slots) const;
 
   // -- held pages: resident and locked or pinned, per tier (for reclaimable_pages) --
   [[nodiscard]] static bool held_in(node_data const& n, std::size_t t) noexcept

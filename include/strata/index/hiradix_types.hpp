@@ -35,6 +35,10 @@ struct hiradix_config {
   /// holds everything the host does, so a restart or a host eviction loses nothing), or once the
   /// node is hit `selective_hits` times (`write_through_selective`).
   write_policy file_backup_policy = write_policy::write_back;
+  /// Host -> remote copies: as soon as a page is on the host (`write_through`, the default: a shared
+  /// tier serves other instances only what it has), or on eviction from the tier above it only
+  /// (`write_back`, `write_through_selective`).
+  write_policy remote_backup_policy = write_policy::write_through;
   std::int64_t selective_hits = 2;     ///< hits before a selective backup (to the host, or to the file tier)
   std::int64_t delay_hit_tokens = 64;  ///< shortest transient match reported as a delay hit
   /// Which nodes a record tier (file, remote) is worth: writing and reading a page back cost the

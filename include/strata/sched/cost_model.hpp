@@ -256,6 +256,25 @@ class cost_model {
   }
 
   /**
+   * @brief Sets the remote tier's read and write bandwidth (bytes per second, as measured through
+   *        the store: `measure_keyed_store`) and the latency of one read (a round trip).
+   * @throw strata::invalid_argument unless both bandwidths are positive and finite and the latency
+   *        finite and not negative; the model is then unchanged
+   */
+  void set_remote_tier(double read_bytes_per_s, double write_bytes_per_s, double latency_s)
+  {
+    STRATA_EXPECTS(std::isfinite(read_bytes_per_s) && read_bytes_per_s > 0 && std::isfinite(write_bytes_per_s) &&
+                       write_bytes_per_s > 0,
+                   "cost_model::set_remote_tier: bandwidths must be positive, finite numbers of bytes/s, got ",
+                   read_bytes_per_s, " and ", write_bytes_per_s);
+    STRATA_EXPECTS(std::isfinite(latency_s) && latency_s >= 0,
+                   "cost_model::set_remote_tier: the latency must be finite and not negative, got ", latency_s);
+    io_.load_bytes_per_s[std::size_t(tier::remote)] = read_bytes_per_s;
+    io_.store_bytes_per_s[std::size_t(tier::remote)] = write_bytes_per_s;
+    io_.load_latency_s[std::size_t(tier::remote)] = latency_s;
+  }
+
+  /**
    * @brief Sets the host tier's load bandwidth (PCIe into the device pool) and the backup bandwidth
    *        (device -> host), in bytes per second; latencies unchanged.
    * @throw strata::invalid_argument unless both are positive and finite; the model is then unchanged

@@ -20,12 +20,15 @@
 #include <strata/tier/concepts.hpp>
 #include <strata/tier/detail/crc32c.hpp>
 
+#include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -152,21 +155,81 @@ concept keyed_page_store =
     };
 
 /**
- * @brief A keyed store whose batches also run on its own threads: `submit_get(pages, dests)`,
- *        `submit_set(pages, sources)` return at once (the spans' contents — ids included — and
- *        buffers stay valid until the ticket completes); `poll(ticket, flags)` never blocks,
- *        `wait(ticket, flags)` does; each fills `flags` (one per page) and returns the status; a
+ * @brief A keyed store whose batches also run on its own threads: `submit_exists(keys)`,
+ *        `submit_get(pages, dests)`, `submit_set(pages, sources)` return at once (the spans'
+ *        contents — ids included — and buffers stay valid until the ticket completes);
+ *        `poll(ticket, flags)` never blocks, `wait(ticket, flags)` does; each fills `flags` (one per
+ *        key or page: held, intact, written) and returns the status (`succeeded`: every flag set); a
  *        completed ticket is consumed.
  */
 template <class S>
 concept async_keyed_page_store =
-    keyed_page_store<S> && requires(S& s, std::span<keyed_page const> pages, std::span<std::byte* const> dests,
-                                    std::span<std::byte const* const> sources, io_ticket t, std::span<bool> flags) {
+    keyed_page_store<S> && requires(S& s, std::span<content_key const> keys, std::span<keyed_page const> pages,
+                                    std::span<std::byte* const> dests, std::span<std::byte const* const> sources,
+                                    io_ticket t, std::span<bool> flags) {
+      { s.submit_exists(keys) } -> std::same_as<io_ticket>;
       { s.submit_get(pages, dests) } -> std::same_as<io_ticket>;
       { s.submit_set(pages, sources) } -> std::same_as<io_ticket>;
       { s.poll(t, flags) } -> std::same_as<io_status>;
       { s.wait(t, flags) } -> std::same_as<io_status>;
     };
+
+/// @brief What a keyed store moves, as `measure_keyed_store` found it.
+struct keyed_store_rates {
+  double read_bytes_per_s = 0;   ///< payload bytes per second of one `get` batch
+  double write_bytes_per_s = 0;  ///< payload bytes per second of one `set` batch
+  double round_trip_s = 0;       ///< seconds of an `exists` of one key (the median of 5)
+};
+
+/**
+ * @brief Measures a store with scratch pages: one `set` of `pages` pages of random keys (never a
+ *        real prefix's), one `get` of them back, five one-key `exists`. The rates to give the cost
+ *        model (`cost_model::set_remote_tier`). The scratch pages stay until the store evicts them.
+ * @throw strata::invalid_argument for `pages` < 1; strata::error when a page does not move
+ */
+template <keyed_page_store S>
+keyed_store_rates measure_keyed_store(S& store, std::int64_t pages = 64)
+{
+  STRATA_EXPECTS(pages >= 1, "measure_keyed_store: pages must be at least 1, got ", pages);
+  using clock = std::chrono::steady_clock;
+  std::size_t const n = std::size_t(pages), bytes = std::size_t(store.page_bytes());
+  std::vector<std::byte> memory(n * bytes);
+  std::uint64_t seed = detail::mix64(std::uint64_t(clock::now().time_since_epoch().count()));
+  for (std::size_t i = 0; i < memory.size(); i += 64) {
+    memory[i] = std::byte(seed >> (i % 56));
+  }
+  std::vector<keyed_page> batch(n);
+  std::vector<content_key> keys(n);
+  std::vector<std::byte*> dests(n);
+  std::vector<std::byte const*> sources(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    seed = detail::mix64(seed + i + 1);
+    keys[i] = {seed, detail::mix64(seed ^ 0x5ca1ab1eull)};
+    batch[i].key = keys[i];
+    dests[i] = memory.data() + i * bytes;
+    sources[i] = dests[i];
+  }
+  std::unique_ptr<bool[]> flags(new bool[n]());
+  auto seconds = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  keyed_store_rates r;
+  auto t0 = clock::now();
+  STRATA_EXPECTS_AS(error, store.set(batch, sources, {flags.get(), n}) == pages,
+                    "measure_keyed_store: a scratch page was not written");
+  r.write_bytes_per_s = double(n * bytes) / seconds(t0);
+  t0 = clock::now();
+  STRATA_EXPECTS_AS(error, store.get(batch, dests, {flags.get(), n}) == pages,
+                    "measure_keyed_store: a scratch page did not come back");
+  r.read_bytes_per_s = double(n * bytes) / seconds(t0);
+  std::array<double, 5> trips{};
+  for (double& trip : trips) {
+    t0 = clock::now();
+    (void)store.exists(std::span(keys).first(1));
+    trip = seconds(t0);
+  }
+  std::sort(trips.begin(), trips.end());
+  r.round_trip_s = trips[2];
+  return r;
+}
 
 }  // namespace strata
 

@@ -115,18 +115,10 @@ class redis_store {
   ///        `EXISTS` per page, one round trip per node. A value may still fail its check on `get`.
   std::int64_t exists(std::span<content_key const> keys)
   {
-    std::vector<std::string> names = key_names(keys);
-    std::vector<char> have(keys.size(), 0);
-    cluster_.run(
-        keys.size(), [&](std::size_t i) { return std::string_view(names[i]); },
-        [&](std::size_t i, redisContext* c) {
-          char const* argv[] = {"EXISTS", names[i].data()};
-          std::size_t const len[] = {6, names[i].size()};
-          redisAppendCommandArgv(c, 2, argv, len);
-        },
-        [&](std::size_t i, redisReply const* r) { have[i] = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1; });
+    std::unique_ptr<bool[]> have(new bool[keys.size()]());
+    held(keys, {have.get(), keys.size()});
     std::int64_t n = 0;
-    while (std::size_t(n) < have.size() && have[std::size_t(n)]) {
+    while (std::size_t(n) < keys.size() && have[std::size_t(n)]) {
       ++n;
     }
     return n;
@@ -196,6 +188,12 @@ class redis_store {
     return stored;
   }
 
+  /// @brief `exists` on the store's threads, before every queued `submit_set`: `flags[i]` says whether
+  ///        the store holds `keys[i]` (the keys stay valid until the ticket completes).
+  io_ticket submit_exists(std::span<content_key const> keys)
+  {
+    return submit(true, keys.size(), [this, keys](std::span<bool> flags) { held(keys, flags); });
+  }
   /// @brief `get` on the store's threads, before every queued `submit_set`; see `async_keyed_page_store`.
   io_ticket submit_get(std::span<keyed_page const> pages, std::span<std::byte* const> dests)
   {
@@ -245,6 +243,20 @@ class redis_store {
     s.command_timeout = o.command_timeout;
     s.retry_budget = o.retry_budget;
     return s;
+  }
+
+  /// `have[i]`: whether the store holds `keys[i]` (one pipelined `EXISTS` per key).
+  void held(std::span<content_key const> keys, std::span<bool> have)
+  {
+    std::vector<std::string> names = key_names(keys);
+    cluster_.run(
+        keys.size(), [&](std::size_t i) { return std::string_view(names[i]); },
+        [&](std::size_t i, redisContext* c) {
+          char const* argv[] = {"EXISTS", names[i].data()};
+          std::size_t const len[] = {6, names[i].size()};
+          redisAppendCommandArgv(c, 2, argv, len);
+        },
+        [&](std::size_t i, redisReply const* r) { have[i] = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1; });
   }
 
   template <class Page>

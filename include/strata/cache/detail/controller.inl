@@ -85,7 +85,8 @@ void cache_controller<Policies>::submit(cache_request const& r, stream_type stre
   state& st = *s;
   requests_.emplace(r.id, std::move(s));
   ++stats_.submitted;
-  try {  // best effort: the request is in, whatever becomes of its prefetch
+  try {  // best effort: the request is in, whatever becomes of its lookup and prefetch
+    start_lookup(st);
     prefetch(st, stream);
   } catch (std::exception const&) {
     st.prefetch_retry = false;
@@ -107,6 +108,7 @@ batch_plan cache_controller<Policies>::schedule(schedule_budget const& budget)
   // plan's positions are the view's (begin_loads finds its requests by id).
   std::vector<std::size_t> shown;
   std::vector<waiting_request> visible;
+  settle_lookups(nullptr);
   bool const hiding = held_for_prefetch(shown);
   if (hiding) {
     if (shown.empty()) { return plan; }
@@ -231,6 +233,7 @@ std::size_t cache_controller<Policies>::poll(stream_type stream)
   for (std::size_t i = 0; i < log_.size();) {  // what an executor copied at once
     if (!settle(i)) { ++i; }
   }
+  settle_lookups(&stream);
   for (auto* s : waiting_state_) {  // prefetches that found the host full, once room was made
     if (s->prefetch != 0 && !log_.pending(s->prefetch)) { s->prefetch = 0; }
     bool const room_landed = std::none_of(s->prefetch_room.begin(), s->prefetch_room.end(),

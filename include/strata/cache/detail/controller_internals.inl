@@ -22,6 +22,7 @@ hiradix_config cache_controller<Policies>::index_config() const
   }
   c.backup_policy = options_.backup_policy;
   c.file_backup_policy = options_.file_backup_policy;
+  c.remote_backup_policy = options_.remote_backup_policy;
   c.selective_hits = options_.selective_hits;
   c.delay_hit_tokens = options_.delay_hit_tokens;
   for (tier t : {tier::file, tier::remote}) {  // a slow tier holds only what is worth reading back
@@ -214,18 +215,19 @@ bool cache_controller<Policies>::worth_reading(match_result const& m, std::int64
 }
 
 /// Under `wait_complete` / `timeout`: settles the prefetches that landed, and lists in `shown` the
-/// waiting positions not held back by one. True when some request is held back.
+/// waiting positions not held back by one — nor, in any mode, by a remote lookup not yet answered
+/// (the store's own timeouts bound it). True when some request is held back.
 template <cache_policies Policies>
 bool cache_controller<Policies>::held_for_prefetch(std::vector<std::size_t>& shown)
 {
-  if (options_.prefetch != prefetch_mode::wait_complete && options_.prefetch != prefetch_mode::timeout) {
-    return false;
-  }
+  bool const by_prefetch =
+      options_.prefetch == prefetch_mode::wait_complete || options_.prefetch == prefetch_mode::timeout;
+  if (!by_prefetch && lookups_pending_ == 0) { return false; }
   double const t = options_.prefetch == prefetch_mode::timeout ? now() : 0;
   bool held = false;
   for (std::size_t i = 0; i < waiting_.size(); ++i) {
     state& s = *waiting_state_[i];
-    if (s.prefetch != 0) {
+    if (by_prefetch && s.prefetch != 0) {
       auto const at = log_.position(s.prefetch);
       bool const timed_out = options_.prefetch == prefetch_mode::timeout && s.prefetch_at &&
                              t - *s.prefetch_at >= options_.prefetch_timeout_s;
@@ -236,7 +238,10 @@ bool cache_controller<Policies>::held_for_prefetch(std::vector<std::size_t>& sho
         ++stats_.prefetch_timeouts;
       }
     }
-    if (s.prefetch != 0) {
+    if (s.remote_lookup != 0) {
+      held = true;
+      ++stats_.remote_lookup_waits;
+    } else if (by_prefetch && s.prefetch != 0) {
       held = true;
       ++stats_.prefetch_waits;
     } else {
@@ -244,6 +249,64 @@ bool cache_controller<Policies>::held_for_prefetch(std::vector<std::size_t>& sho
     }
   }
   return held;
+}
+
+// --- remote lookups ---------------------------------------------------------------------------------
+
+/// Tells a remote tier over a shared store the request's prompt, and asks it (on the store's
+/// threads) which leading pages it holds when this index lacks some of them.
+template <cache_policies Policies>
+void cache_controller<Policies>::start_lookup(state& s)
+{
+  if constexpr (tiers_type::has(tier::remote)) {
+    auto& remote = tiers_.template get<tier::remote>();
+    if constexpr (prompt_lookup_store<std::remove_cvref_t<decltype(remote)>>) {
+      if (tree_.probe(s.tokens).tokens / page_tokens() >= whole_pages(s)) {
+        remote.learn(s.tokens, ids_per_page());  // its pages' keys, for the writes to come
+        return;
+      }
+      s.remote_lookup = remote.submit_lookup(s.tokens, ids_per_page()).id;
+      ++lookups_pending_;
+      ++stats_.remote_lookups;
+    }
+  } else {
+    (void)s;
+  }
+}
+
+template <cache_policies Policies>
+void cache_controller<Policies>::settle_lookups(stream_type const* stream)
+{
+  if constexpr (tiers_type::has(tier::remote)) {
+    auto& remote = tiers_.template get<tier::remote>();
+    if constexpr (prompt_lookup_store<std::remove_cvref_t<decltype(remote)>>) {
+      std::erase_if(orphan_lookups_, [&](std::uint64_t t) { return remote.poll_lookup(io_ticket{t}).has_value(); });
+      for (std::size_t i = 0; lookups_pending_ > 0 && i < waiting_.size(); ++i) {
+        state& s = *waiting_state_[i];
+        if (s.remote_lookup == 0) { continue; }
+        std::optional<std::int64_t> const found = remote.poll_lookup(io_ticket{s.remote_lookup});
+        if (!found) { continue; }
+        s.remote_lookup = 0;
+        --lookups_pending_;
+        if (*found == 0 || s.at != stage::waiting) { continue; }
+        // Its in-queue mark covers the pages it lacked: the pages found replace it, it marks the rest.
+        request_id const id = waiting_[i].id;
+        if (tree_.transient_pages(id) > 0) { tree_.abort(id); }
+        s.transient_pages = 0;
+        auto const pages = std::span<std::int32_t const>(s.tokens).first(std::size_t(*found * ids_per_page()));
+        stats_.remote_found_pages += tree_.adopt(tier::remote, pages, {}).pages;
+        mark(id, s);
+        unblock(id);  // requests that waited for its mark mark again
+        if (stream && s.prefetch == 0) {
+          prefetch(s, *stream);
+        } else {
+          s.prefetch_retry = true;  // the next poll prefetches them
+        }
+      }
+    }
+  } else {
+    (void)stream;
+  }
 }
 
 // --- settling submissions ---------------------------------------------------------------------------
@@ -437,6 +500,10 @@ void cache_controller<Policies>::unhold(request_id id, state& s)
 template <cache_policies Policies>
 void cache_controller<Policies>::drop(request_id id, state& s)
 {
+  if (s.remote_lookup != 0) {  // its answer is collected, and forgotten, by a later poll
+    orphan_lookups_.push_back(s.remote_lookup);
+    --lookups_pending_;
+  }
   unhold(id, s);
   unblock(id);
   for (std::size_t i = 0; i < waiting_state_.size(); ++i) {

@@ -46,6 +46,7 @@ struct request_state {
   int prefetch_tries = 0;                    ///< prefetches started for it (retries are bounded)
   std::vector<std::uint64_t> prefetch_room;  ///< the demotions making room for it: retry once they landed
   std::optional<double> prefetch_at;         ///< when its first prefetch started (the controller's clock)
+  std::uint64_t remote_lookup = 0;           ///< ticket of its pending remote-tier lookup (0: none)
 };
 
 }  // namespace strata::detail

@@ -120,16 +120,11 @@ inline auto hiradix_tree::page_key(std::span<std::int32_t const> page, std::uint
   return page_hash(page.data(), parent_key);
 }
 
-inline auto hiradix_tree::adopt(tier t, std::span<std::int32_t const> tokens, std::span<std::int64_t const> slots)
-    -> adopt_result
+inline auto hiradix_tree::check_adopt_slots(tier t, std::span<std::int32_t const> tokens,
+                                            std::span<std::int64_t const> slots) const -> void
 {
-  STRATA_EXPECTS((t == tier::host || t == tier::file) && has_tier(t),
-                 "hiradix_tree::adopt: pages can be adopted into the host or file tier the tree has, not the ",
-                 to_string(t), " tier");
   std::int64_t const pages = whole_pages(tokens);
-  STRATA_EXPECTS(std::int64_t(slots.size()) == pages, "hiradix_tree::adopt: ", slots.size(), " slots for ", pages,
-                 " whole pages");
-  slot_allocator& alloc = *slots_[std::size_t(t)];
+  slot_allocator const& alloc = *slots_[std::size_t(t)];
   {
     std::vector<std::int64_t> sorted(slots.begin(), slots.end());
     std::sort(sorted.begin(), sorted.end());
@@ -163,21 +158,46 @@ inline auto hiradix_tree::adopt(tier t, std::span<std::int32_t const> tokens, st
       cur = child;
     }
   }
+}
+
+inline auto hiradix_tree::adopt(tier t, std::span<std::int32_t const> tokens, std::span<std::int64_t const> slots)
+    -> adopt_result
+{
+  STRATA_EXPECTS((t == tier::host || t == tier::file || t == tier::remote) && has_tier(t),
+                 "hiradix_tree::adopt: pages can be adopted into the host, file or remote tier the tree has, not the ",
+                 to_string(t), " tier");
+  std::int64_t const pages = whole_pages(tokens);
+  if (t == tier::remote) {
+    STRATA_EXPECTS(slots.empty(), "hiradix_tree::adopt: remote pages are named by their keys, got ", slots.size(),
+                   " slots");
+  } else {
+    STRATA_EXPECTS(std::int64_t(slots.size()) == pages, "hiradix_tree::adopt: ", slots.size(), " slots for ", pages,
+                   " whole pages");
+    check_adopt_slots(t, tokens, slots);
+  }
   ++clock_;
   adopt_result r;
+  // Takes `count` pages for node `n`; false when the remote tier has no room left for them.
   auto take = [&](std::uint32_t n, std::int64_t from, std::int64_t count) {
-    auto const mine = slots.subspan(std::size_t(from), std::size_t(count));
-    alloc.claim(mine);
-    set_pages(n, t, mine);
+    if (t == tier::remote) {
+      if (remote_used_ + count > config_.capacity[3]) { return false; }
+      remote_used_ += count;
+    } else {
+      auto const mine = slots.subspan(std::size_t(from), std::size_t(count));
+      slots_[std::size_t(t)]->claim(mine);
+      set_pages(n, t, mine);
+    }
     make_resident(n, t);
     touch(n);
     r.pages += count;
+    return true;
   };
   std::uint32_t cur = 0;
   std::int64_t p = 0;
   while (p < pages) {
     std::uint32_t const child = find_child(cur, tokens, p);
     if (child == npos) {
+      if (t == tier::remote && remote_used_ + (pages - p) > config_.capacity[3]) { break; }
       std::uint32_t const n = add_node(cur, tokens, p, pages, transient_state::none, {});
       take(n, p, pages - p);
       cur = n;
@@ -185,6 +205,10 @@ inline auto hiradix_tree::adopt(tier t, std::span<std::int32_t const> tokens, st
     }
     if (nodes_[child].state != transient_state::none) { break; }
     std::int64_t const k = common_pages(nodes_[child], tokens, p, pages);
+    if (!nodes_[child].resident[std::size_t(t)] && nodes_[child].pins[std::size_t(t)] == 0 && t == tier::remote &&
+        remote_used_ + k > config_.capacity[3]) {
+      break;
+    }
     std::uint32_t const n = k < nodes_[child].pages() ? split(child, k) : child;
     if (!nodes_[n].resident[std::size_t(t)] && nodes_[n].pins[std::size_t(t)] == 0) {
       take(n, p, k);
@@ -375,6 +399,11 @@ inline auto hiradix_tree::complete(transfer_id id) -> std::vector<std::int64_t>
       if (nodes_[i].alive) { file_backup(i); }
     }
   }
+  if (t.to == tier::host && config_.remote_backup_policy == write_policy::write_through) {
+    for (auto i : t.nodes) {
+      if (nodes_[i].alive) { remote_backup(i); }
+    }
+  }
   return freed;
 }
 
@@ -483,6 +512,14 @@ inline auto hiradix_tree::file_backup(std::uint32_t i) -> void
     set_pages(i, tier::file, *pages);
     queued_.push_back(order(i, tier::host, tier::file, false));
   }
+}
+
+inline auto hiradix_tree::remote_backup(std::uint32_t i) -> void
+{
+  node_data const& n = nodes_[i];  // other copies may read the host pages meanwhile: pins[1] is no bar
+  if (!has_tier(tier::remote) || !n.resident[1] || n.resident[3] || n.pins[3] != 0) { return; }
+  if (!admit_record(i, tier::remote)) { return; }
+  if (allocate(tier::remote, n.pages(), i)) { queued_.push_back(order(i, tier::host, tier::remote, false)); }
 }
 
 inline auto hiradix_tree::depth_tokens(std::uint32_t i) const noexcept -> std::int64_t

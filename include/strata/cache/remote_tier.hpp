@@ -1,0 +1,320 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * @file cache/remote_tier.hpp
+ * @brief A shared keyed store (`redis_store`) as a cache controller's remote tier.
+ *
+ * The prefix index names a remote page by its 64-bit chain key; a shared store names it by a
+ * 128-bit content key every instance computes from the same tokens. `remote_tier` maps one to the
+ * other: the controller tells it every submitted prompt (`learn`, `submit_lookup`), its copies read
+ * and write pages through it like records of any record tier, and it asks the store which leading
+ * pages of a prompt exist, so that pages other instances computed become remote hits here.
+ */
+#pragma once
+
+#include <strata/error.hpp>
+#include <strata/geometry.hpp>
+#include <strata/index/page_key.hpp>
+#include <strata/tier/concepts.hpp>
+#include <strata/tier/keyed_store.hpp>
+#include <strata/tier/slot_allocator.hpp>
+#include <strata/types.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace strata {
+
+/// @brief How a `remote_tier` sizes what it knows.
+struct remote_tier_options {
+  /// Remote pages the controller's index may know of at once (its remote capacity): pages it wrote
+  /// and pages lookups found. Past it, no more are written or adopted.
+  std::int64_t pages = std::int64_t{1} << 22;
+  /// Index keys whose content keys it remembers (from the prompts it was told, the oldest
+  /// forgotten first): a page whose key it forgot is a miss, and is not written.
+  std::int64_t remembered_keys = std::int64_t{1} << 22;
+};
+
+/**
+ * @brief A remote tier a controller asks about each prompt it is given: `learn(ids, ids_per_page)`
+ *        (the content keys of its pages), `submit_lookup(ids, ids_per_page)` (which of its leading
+ *        pages the shared store holds, on the store's threads) and `poll_lookup(ticket)` (the count,
+ *        once known). A `cache_controller` whose remote tier is one holds each submitted request
+ *        back until its lookup answered, then adopts the pages found as remote-resident.
+ */
+template <class S>
+concept prompt_lookup_store = requires(S& s, std::span<std::int32_t const> ids, std::int64_t n, io_ticket t) {
+  s.learn(ids, n);
+  { s.submit_lookup(ids, n) } -> std::same_as<io_ticket>;
+  { s.poll_lookup(t) } -> std::same_as<std::optional<std::int64_t>>;
+};
+
+/**
+ * @brief The remote tier of a `cache_controller` over an `async_keyed_page_store` (held by
+ *        reference: one store may serve several controllers). An `async_record_store` of
+ *        `tier::remote` whose "slots" are the index's remote keys. Movable; every call may come
+ *        from any thread.
+ */
+template <async_keyed_page_store Store>
+class remote_tier {
+ public:
+  static constexpr tier kind = tier::remote;
+  static constexpr std::int64_t max_record_ids = std::numeric_limits<std::int32_t>::max();
+
+  /**
+   * @param store the shared store (outlives the tier)
+   * @param geometry the page shape (its `page_bytes()` must be the store's)
+   * @throw strata::invalid_argument for another page size or non-positive sizes
+   */
+  remote_tier(Store& store, kv_geometry const& geometry, remote_tier_options options = {})
+      : store_(&store), geometry_((geometry.validate(), geometry)), options_(options), state_(std::make_unique<state>())
+  {
+    STRATA_EXPECTS(geometry.page_bytes() == store.page_bytes(), "remote_tier: pages of ", geometry.page_bytes(),
+                   " bytes, the store's are ", store.page_bytes());
+    STRATA_EXPECTS(options.pages > 0 && options.remembered_keys > 0,
+                   "remote_tier: pages and remembered_keys must be positive");
+  }
+  remote_tier(remote_tier&&) noexcept = default;
+  remote_tier& operator=(remote_tier&&) = delete;
+  remote_tier(remote_tier const&) = delete;
+  remote_tier& operator=(remote_tier const&) = delete;
+  /// Waits for the store's batches it started (they point into its memory).
+  ~remote_tier()
+  {
+    if (!state_) { return; }
+    for (auto& [id, pending] : state_->jobs) {
+      (void)store_->wait(io_ticket{id}, std::span<bool>(pending.flags.get(), pending.count));
+    }
+  }
+
+  [[nodiscard]] kv_geometry geometry() const noexcept { return geometry_; }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return options_.pages; }
+  /// @brief Unused: remote pages are named by their keys, not by slots.
+  [[nodiscard]] slot_allocator& slots() noexcept { return unused_; }
+  [[nodiscard]] Store& store() noexcept { return *store_; }
+
+  /// @brief Remembers the content keys of every whole page of a prompt (`ids_per_page` ids each).
+  void learn(std::span<std::int32_t const> ids, std::int64_t ids_per_page)
+  {
+    auto const index_keys = chain_keys(ids, ids_per_page);
+    auto const content = chain_content_keys(ids, ids_per_page);
+    std::lock_guard lock{state_->mutex};
+    for (std::size_t p = 0; p < index_keys.size(); ++p) {
+      remember(remote_slot(index_keys[p]), content[p]);
+    }
+  }
+
+  /// @brief Learns a prompt and asks the store, on its threads, which of its pages it holds.
+  io_ticket submit_lookup(std::span<std::int32_t const> ids, std::int64_t ids_per_page)
+  {
+    learn(ids, ids_per_page);
+    job j;
+    j.keys = chain_content_keys(ids, ids_per_page);
+    return start(std::move(j), [&](job& x) { return store_->submit_exists(x.keys); });
+  }
+  /// @brief The leading pages a lookup found, once it completed (then the ticket is consumed).
+  std::optional<std::int64_t> poll_lookup(io_ticket t)
+  {
+    std::unique_ptr<bool[]> held;
+    std::size_t n = 0;
+    if (!finish(t, false, held, n)) { return std::nullopt; }
+    std::int64_t found = 0;
+    while (std::size_t(found) < n && held[std::size_t(found)]) {
+      ++found;
+    }
+    return found;
+  }
+
+  // --- the record store (slots: the index's remote keys) --------------------------------------------
+
+  bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records)
+  { return read(slots, records, {}); }
+  bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+            std::span<std::uint64_t const> expected_keys)
+  {
+    std::unique_ptr<bool[]> intact(new bool[slots.size()]());
+    return read(slots, records, expected_keys, {intact.get(), slots.size()});
+  }
+  bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+            std::span<std::uint64_t const> expected_keys, std::span<bool> intact)
+  {
+    auto const pages = pages_of(slots, expected_keys);
+    return store_->get(pages, records, intact) == std::int64_t(slots.size());
+  }
+  bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources)
+  { return write(slots, sources, {}, {}, {}); }
+  bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
+             std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys,
+             std::span<std::int32_t const> ids)
+  {
+    job j = written(slots, keys, parent_keys, ids);
+    std::unique_ptr<bool[]> ok(new bool[slots.size()]());
+    return store_->set(j.pages, sources, {ok.get(), slots.size()}) == std::int64_t(slots.size());
+  }
+  io_ticket submit_read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
+                        std::span<std::uint64_t const> expected_keys)
+  {
+    job j;
+    j.pages = pages_of(slots, expected_keys);
+    j.dests.assign(records.begin(), records.end());  // the caller's array may go before the ticket
+    return start(std::move(j), [&](job& x) { return store_->submit_get(x.pages, x.dests); });
+  }
+  io_ticket submit_write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
+                         std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys,
+                         std::span<std::int32_t const> ids)
+  {
+    job j = written(slots, keys, parent_keys, ids);
+    j.sources.assign(sources.begin(), sources.end());
+    return start(std::move(j), [&](job& x) { return store_->submit_set(x.pages, x.sources); });
+  }
+  io_status poll(io_ticket t, std::span<bool> intact) { return finish_records(t, false, intact); }
+  bool wait(io_ticket t, std::span<bool> intact) { return finish_records(t, true, intact) == io_status::succeeded; }
+
+ private:
+  struct job {
+    std::vector<content_key> keys;  // a lookup's
+    std::vector<keyed_page> pages;  // a read's or a write's
+    std::vector<std::int32_t> ids;  // a write's pages' ids
+    std::vector<std::byte*> dests;  // a read's destinations
+    std::vector<std::byte const*> sources;  // a write's sources
+    std::unique_ptr<bool[]> flags;
+    std::size_t count = 0;
+  };
+  struct state {
+    std::mutex mutex;
+    std::unordered_map<std::int64_t, std::pair<content_key, std::uint64_t>> content;  // slot -> key, stamp
+    std::deque<std::pair<std::int64_t, std::uint64_t>> order;                          // oldest first
+    std::uint64_t stamp = 0;
+    std::map<std::uint64_t, job> jobs;  // by ticket
+  };
+
+  static std::int64_t remote_slot(std::uint64_t index_key) noexcept { return std::int64_t(index_key >> 1); }
+
+  /// Under the mutex.
+  void remember(std::int64_t slot, content_key key)
+  {
+    auto& s = *state_;
+    s.content[slot] = {key, ++s.stamp};
+    s.order.emplace_back(slot, s.stamp);
+    while (std::int64_t(s.content.size()) > options_.remembered_keys || s.order.size() > 2 * s.content.size()) {
+      auto const [old, stamp] = s.order.front();
+      s.order.pop_front();
+      auto it = s.content.find(old);
+      if (it != s.content.end() && it->second.second == stamp) { s.content.erase(it); }
+    }
+  }
+  /// Under the mutex. A key never learned reads as {0, 0}: no page has it (a miss).
+  content_key known(std::int64_t slot) const
+  {
+    auto it = state_->content.find(slot);
+    return it == state_->content.end() ? content_key{} : it->second.first;
+  }
+
+  std::vector<keyed_page> pages_of(std::span<std::int64_t const> slots, std::span<std::uint64_t const> expected)
+  {
+    std::vector<keyed_page> pages(slots.size());
+    std::lock_guard lock{state_->mutex};
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      bool const agrees = expected.empty() || remote_slot(expected[i]) == slots[i];
+      pages[i].key = agrees ? known(slots[i]) : content_key{};
+    }
+    return pages;
+  }
+
+  /// The pages of a write: each one's content key (remembered, or chained from its parent's), its ids.
+  job written(std::span<std::int64_t const> slots, std::span<std::uint64_t const> /*keys: the slots*/,
+              std::span<std::uint64_t const> parent_keys, std::span<std::int32_t const> ids)
+  {
+    job j;
+    std::size_t const per = slots.empty() ? 0 : ids.size() / slots.size();
+    j.ids.assign(ids.begin(), ids.end());
+    j.pages.resize(slots.size());
+    std::lock_guard lock{state_->mutex};
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      content_key k = known(slots[i]);
+      auto const page_ids = std::span<std::int32_t const>(j.ids).subspan(i * per, per);
+      if (k == content_key{} && per > 0 && i < parent_keys.size()) {
+        content_key const parent = parent_keys[i] == 0 ? content_key{} : known(remote_slot(parent_keys[i]));
+        if (parent_keys[i] == 0 || !(parent == content_key{})) {
+          k = chain_content_key(page_ids, parent);
+          remember(slots[i], k);
+        }
+      }
+      j.pages[i] = {k, page_ids};  // {0, 0}: unknown, written under a key nobody reads
+    }
+    return j;
+  }
+
+  template <class Submit>
+  io_ticket start(job&& j, Submit&& submit)
+  {
+    std::size_t const n = j.keys.empty() ? j.pages.size() : j.keys.size();
+    j.count = n;
+    j.flags.reset(new bool[n]());
+    std::lock_guard lock{state_->mutex};
+    // The job's vectors move into the map before the store sees them: their buffers stay put.
+    auto const tmp_id = std::numeric_limits<std::uint64_t>::max() - state_->jobs.size();
+    auto it = state_->jobs.emplace(tmp_id, std::move(j)).first;
+    io_ticket t;
+    try {
+      t = submit(it->second);
+    } catch (...) {
+      state_->jobs.erase(it);
+      throw;
+    }
+    auto node = state_->jobs.extract(it);
+    node.key() = t.id;
+    state_->jobs.insert(std::move(node));
+    return t;
+  }
+
+  /// Polls or waits for a ticket; once complete, hands over its flags and forgets it.
+  bool finish(io_ticket t, bool block, std::unique_ptr<bool[]>& flags, std::size_t& n)
+  {
+    bool* raw;
+    {
+      std::lock_guard lock{state_->mutex};
+      auto it = state_->jobs.find(t.id);
+      STRATA_EXPECTS(it != state_->jobs.end(), "remote_tier: ticket ", t.id, " is not pending here");
+      raw = it->second.flags.get();
+      n = it->second.count;
+    }
+    std::span<bool> const out(raw, n);
+    if ((block ? store_->wait(t, out) : store_->poll(t, out)) == io_status::pending) { return false; }
+    std::lock_guard lock{state_->mutex};
+    auto it = state_->jobs.find(t.id);
+    flags = std::move(it->second.flags);
+    state_->jobs.erase(it);
+    return true;
+  }
+  io_status finish_records(io_ticket t, bool block, std::span<bool> intact)
+  {
+    std::unique_ptr<bool[]> flags;
+    std::size_t n = 0;
+    if (!finish(t, block, flags, n)) { return io_status::pending; }
+    bool all = true;
+    for (std::size_t i = 0; i < n && i < intact.size(); ++i) {
+      intact[i] = flags[i];
+      all = all && flags[i];
+    }
+    return all ? io_status::succeeded : io_status::failed;
+  }
+
+  Store* store_;
+  kv_geometry geometry_;
+  remote_tier_options options_;
+  std::unique_ptr<state> state_;
+  slot_allocator unused_{1};
+};
+
+}  // namespace strata

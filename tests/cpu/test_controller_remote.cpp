@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+// cache_controller over a remote tier in a real Redis Cluster (3 masters, 3 replicas, started here
+// from Debian's redis-server): prefixes one controller computed are remote hits for another — in
+// another process too — with the same bytes; damaged values, another namespace and an unreachable
+// store are misses that are recomputed, never wrong KV. Page bytes come from the content function of
+// tests/support/kv_content.hpp, which the controller never sees.
+#include "../support/catch.hpp"
+#include "../support/costs.hpp"
+#include "../support/kv_content.hpp"
+#include "../support/redis_servers.hpp"
+
+#include <strata/cache/controller.hpp>
+#include <strata/cache/remote_tier.hpp>
+#include <strata/layout/layer_first.hpp>
+#include <strata/tier/redis_store.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace strata;
+using test::redis_servers;
+
+namespace {
+
+using tokens_t = std::vector<std::int32_t>;
+kv_geometry const geo{2, 4, 1, 8, 2, 2};  // 256-byte pages
+
+struct remote_policies {
+  using tiers = tier_stack<device_pool<layer_first>, host_pool, remote_tier<redis_store>>;
+  using scheduler = strata_scheduler;
+  using executor = cpu_executor;
+};
+using remote_controller = cache_controller<remote_policies>;
+static_assert(async_record_store<remote_tier<redis_store>>);
+static_assert(prompt_lookup_store<remote_tier<redis_store>>);
+
+redis_servers& cluster()
+{
+  static redis_servers c = redis_servers::cluster();
+  return c;
+}
+
+store_namespace space(std::string dtype = "bf16") { return {"remote-controller-test", std::move(dtype), "page_first", geo, 0, 1}; }
+
+redis_store_options store_options(std::string dtype = "bf16")
+{
+  redis_store_options o;
+  o.nodes = {cluster().address(0)};
+  o.space = space(std::move(dtype));
+  return o;
+}
+
+/// An engine: its device memory and a controller over the device, a host tier and the remote tier.
+struct engine {
+  std::vector<std::byte> memory;
+  layer_first pool;
+  remote_controller cache;
+  engine(redis_store& store, std::int64_t device_pages = 64, std::int64_t host_pages = 32,
+         prefetch_mode prefetch = prefetch_mode::wait_complete)
+      : memory(std::size_t(device_pages * geo.page_bytes())),
+        pool(memory.data(), geo, device_pages),
+        cache(remote_controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, host_pages},
+                                            remote_tier<redis_store>{store, geo}},
+              options(prefetch))
+  {
+  }
+  static controller_options options(prefetch_mode prefetch)
+  {
+    controller_options o;
+    o.costs = test::reading_pays(geo);
+    o.prefetch = prefetch;
+    return o;
+  }
+
+  /// Waits for every copy in flight (the store's threads included) and settles it.
+  void settle()
+  {
+    for (int round = 0; round < 200 && (cache.pending_submissions() > 0 || round < 2); ++round) {
+      cache.executor().synchronize();
+      (void)cache.poll();
+    }
+  }
+
+  /// Serves one request: loads checked against the content function, the rest computed. Returns
+  /// the pages that came cached, by tier, of the start that ran.
+  std::array<std::int64_t, tier_count> serve(std::uint64_t id, tokens_t const& t)
+  {
+    cache.submit({request_id{id}, t, 0, 2, 0.0});
+    for (int attempt = 0; attempt < 400; ++attempt) {
+      auto h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
+      if (h.started.empty()) {  // held back: its lookup or prefetch is on the store's threads
+        settle();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        continue;
+      }
+      if (!wait_layer(h, 0)) {  // a load failed: a clean miss, it waits again
+        CHECK(cache.complete(h));
+        settle();
+        continue;
+      }
+      auto const table = cache.page_table(request_id{id});
+      std::int64_t cached = 0;
+      for (auto c : h.started[0].cached_pages) {
+        cached += c;
+      }
+      for (std::int64_t p = 0; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
+        INFO("request " << id << " page " << p);
+        if (p < cached) {
+          REQUIRE(test::kv_page_ok(pool, geo, t, p, table[std::size_t(p)]));
+        } else {
+          test::write_kv_page(pool, geo, t, p, table[std::size_t(p)]);
+        }
+      }
+      (void)cache.finish_prefill(request_id{id});
+      cache.release(request_id{id});
+      settle();
+      cache.check_invariants();
+      return h.started[0].cached_pages;
+    }
+    auto const st = cache.stats();
+    FAIL("request " << id << " never started: lookups " << st.remote_lookups << " waits " << st.remote_lookup_waits
+                    << " prefetch waits " << st.prefetch_waits << " deferrals " << st.deferrals[0] << "," << st.deferrals[1]
+                    << "," << st.deferrals[2] << "," << st.deferrals[3] << "," << st.deferrals[4] << " waiting "
+                    << cache.waiting() << " pending " << cache.pending_submissions());
+    return {};
+  }
+};
+
+tokens_t document(std::int32_t seed, std::int64_t pages, std::int64_t tail = 3)
+{
+  tokens_t t(std::size_t(pages * geo.page_tokens + tail));
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    t[i] = seed * 1000 + std::int32_t(i * 7 % 997);
+  }
+  return t;
+}
+tokens_t with_question(tokens_t doc, std::int32_t q)
+{
+  doc.resize(doc.size() / std::size_t(geo.page_tokens) * std::size_t(geo.page_tokens));
+  doc.insert(doc.end(), {q, q + 1, q + 2});
+  return doc;
+}
+std::int64_t total(std::array<std::int64_t, tier_count> const& a) { return a[0] + a[1] + a[2] + a[3]; }
+
+}  // namespace
+
+TEST_CASE("remote: a prefix one controller computed is a remote hit for another, bit-exact", "[cpu][redis][controller]")
+{
+  redis_store store{store_options()};
+  tokens_t const doc = document(1, 12);
+  {
+    engine a{store};
+    CHECK(total(a.serve(1, with_question(doc, 50))) == 0);  // computed, backed up to the host and the remote tier
+    CHECK(a.cache.stats().bytes_moved[1][3] == 12 * geo.page_bytes());
+  }
+  CHECK(store.stats().pages_written == 12);
+  engine b{store};  // another instance: an empty index
+  CHECK(b.cache.probe(with_question(doc, 60)).tokens == 0);
+  auto const cached = b.serve(2, with_question(doc, 60));
+  CHECK(total(cached) == 12);
+  CHECK(cached[0] == 0);
+  CHECK(b.cache.stats().remote_lookups == 1);
+  CHECK(b.cache.stats().remote_found_pages == 12);
+  CHECK(b.cache.stats().bytes_moved[3][1] + b.cache.stats().bytes_moved[3][0] == 12 * geo.page_bytes());
+  // A longer prompt: the pages found, then the rest computed (and written for the next instance).
+  tokens_t const longer = document(1, 20);
+  engine c{store};
+  auto const part = c.serve(3, with_question(longer, 70));
+  CHECK(total(part) == 12);
+  CHECK(store.stats().pages_written == 12 + 8);
+}
+
+TEST_CASE("remote: a prefix computed in one process is a remote hit in another", "[cpu][redis][controller]")
+{
+  tokens_t const doc = document(2, 9);
+  redis_servers& servers = cluster();
+  (void)servers;
+  pid_t const child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 1;
+    try {
+      redis_store store{store_options()};
+      engine a{store};
+      a.serve(1, with_question(doc, 11));
+      code = store.stats().pages_written == 9 ? 0 : 2;
+    } catch (...) {
+      code = 3;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  redis_store store{store_options()};
+  engine b{store};
+  CHECK(total(b.serve(2, with_question(doc, 12))) == 9);
+  CHECK(store.stats().pages_read == 9);
+}
+
+TEST_CASE("remote: a damaged value is a miss from that page on, recomputed, never wrong KV", "[cpu][redis][controller]")
+{
+  redis_store store{store_options()};
+  tokens_t const doc = document(3, 10);
+  {
+    engine a{store};
+    a.serve(1, with_question(doc, 20));
+  }
+  // Damage page 4's value in the store.
+  auto const keys = chain_content_keys(doc, geo.page_tokens);
+  std::string const name = store.key_name(keys[4]);
+  bool damaged = false;
+  for (int i : cluster().masters()) {
+    auto r = cluster().command(i, "SETRANGE %b 200 \x55\x55\x55", name.data(), name.size());
+    damaged = damaged || (r && r->type == REDIS_REPLY_INTEGER);
+  }
+  REQUIRE(damaged);
+  engine b{store, 64, 32, prefetch_mode::off};  // the load itself reads the remote tier
+  auto const first = b.serve(2, with_question(doc, 21));
+  CHECK(total(first) <= 4);  // pages 0-3 may come from the remote tier; 4 on are recomputed
+  CHECK(store.stats().pages_rejected >= 1);
+  CHECK(b.cache.stats().failed_transfers + b.cache.stats().discarded_pages >= 1);
+  // Served again: its pages (recomputed) are on the device now.
+  auto const again = b.serve(3, with_question(doc, 22));
+  CHECK(total(again) == 10);
+}
+
+TEST_CASE("remote: another namespace shares nothing; an unreachable store is computed around",
+          "[cpu][redis][controller]")
+{
+  redis_store store{store_options()};
+  tokens_t const doc = document(4, 6);
+  {
+    engine a{store};
+    a.serve(1, with_question(doc, 30));
+  }
+  redis_store fp16{store_options("fp16")};
+  engine other{fp16};
+  CHECK(total(other.serve(2, with_question(doc, 31))) == 0);
+  CHECK(other.cache.stats().remote_found_pages == 0);
+
+  // A store whose only server went away: the lookup answers "nothing" within its retry budget.
+  redis_servers one = redis_servers::standalone();
+  redis_store_options o = store_options();
+  o.nodes = {one.address(0)};
+  o.retry_budget = std::chrono::milliseconds(200);
+  redis_store lonely{o};
+  {
+    engine a{lonely};
+    a.serve(3, with_question(doc, 32));
+  }
+  one.kill(0);
+  engine b{lonely};
+  CHECK(total(b.serve(4, with_question(doc, 33))) == 0);
+  CHECK(b.cache.stats().remote_lookups == 1);
+  CHECK(b.cache.stats().remote_found_pages == 0);
+}
+
+TEST_CASE("remote: a request released while its lookup is out leaves nothing behind", "[cpu][redis][controller]")
+{
+  redis_store store{store_options()};
+  tokens_t const doc = document(5, 8);
+  {
+    engine a{store};
+    a.serve(1, with_question(doc, 40));
+  }
+  engine b{store};
+  b.cache.submit({request_id{7}, with_question(doc, 41), 0, 2, 0.0});
+  CHECK(b.cache.stats().remote_lookups == 1);
+  b.cache.release(request_id{7});  // before its lookup answered, most likely
+  b.settle();
+  b.cache.check_invariants();
+  CHECK(b.cache.live_requests() == 0);
+  CHECK(total(b.serve(8, with_question(doc, 42))) == 8);
+}
