@@ -6,6 +6,7 @@
 #   scripts/test_python.sh                  # everything (torch + transformers for the HF tests)
 #   STRATA_PYTHON_TORCH=0 scripts/test_python.sh    # skip installing torch / transformers
 #   STRATA_PYTHON_CUDA=OFF scripts/test_python.sh   # without the GPU controller (ON: require it; default AUTO)
+#   STRATA_PYTHON_REDIS=ON scripts/test_python.sh   # require the remote tier (hiredis; default AUTO)
 #   PYTHON=python3.12 scripts/test_python.sh
 #
 # Exits non-zero when the build or a test fails, or when pytest collects no test.

@@ -5,6 +5,9 @@
 #if STRATA_PYTHON_CUDA
 #include "gpu.hpp"
 #endif
+#if STRATA_PYTHON_REDIS
+#include "remote.hpp"
+#endif
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -518,6 +521,7 @@ void bind_index(nb::module_& m)
       .def_rw("capacity", &hiradix_config::capacity, "Pages per tier [device, host, file, remote] (0: absent).")
       .def_rw("backup_policy", &hiradix_config::backup_policy)
       .def_rw("file_backup_policy", &hiradix_config::file_backup_policy)
+      .def_rw("remote_backup_policy", &hiradix_config::remote_backup_policy)
       .def_rw("selective_hits", &hiradix_config::selective_hits)
       .def_rw("delay_hit_tokens", &hiradix_config::delay_hit_tokens);
 
@@ -691,13 +695,14 @@ void bind_file_store(nb::module_& m)
 
 // --- the controller -----------------------------------------------------------------------------
 
-/// A controller with what it must outlive: the layout's arrays, the file tier.
+/// A controller with what it must outlive: the layout's arrays, the file tier, the remote store.
 struct py_controller {
   nb::object layout;
   nb::object file;
   std::unique_ptr<controller_api> c;
-  py_controller(nb::object l, nb::object f, std::unique_ptr<controller_api> p)
-      : layout{std::move(l)}, file{std::move(f)}, c{std::move(p)}
+  nb::object remote;
+  py_controller(nb::object l, nb::object f, std::unique_ptr<controller_api> p, nb::object r = nb::none())
+      : layout{std::move(l)}, file{std::move(f)}, c{std::move(p)}, remote{std::move(r)}
   {
   }
   py_controller(py_controller const&) = delete;
@@ -713,15 +718,52 @@ struct host_file_policies {
   using executor = cpu_executor;
 };
 
+#if STRATA_PYTHON_REDIS
+/// A CPU engine's bundle with a shared remote tier below the host (and a file tier between them).
+template <kv_layout Layout>
+struct host_remote_policies {
+  using tiers = tier_stack<device_pool<Layout>, host_pool, remote_tier<redis_store>>;
+  using scheduler = strata_scheduler;
+  using executor = cpu_executor;
+};
+template <kv_layout Layout>
+struct host_file_remote_policies {
+  using tiers = tier_stack<device_pool<Layout>, host_pool, file_store&, remote_tier<redis_store>>;
+  using scheduler = strata_scheduler;
+  using executor = cpu_executor;
+};
+#else
+struct redis_store;  // not built: a cpu_controller never gets one
+#endif
+
 template <class Layout>
 std::unique_ptr<controller_api> make_host(py_layout<Layout> const& layout, std::int64_t host_pages,
-                                          controller_options const& o, file_store* file)
+                                          controller_options const& o, file_store* file, redis_store* remote)
 {
   if (!layout.cpu()) {
     raise_value("cpu_controller: the CPU executor copies with memcpy: the layout must be in CPU memory, it is on ",
                 layout.device(), " (use gpu_controller for CUDA tensors)");
   }
   kv_geometry const g = layout.value.geometry();
+#if STRATA_PYTHON_REDIS
+  if (remote != nullptr) {
+    if constexpr (std::is_same_v<Layout, layer_first_table>) {
+      remote_tier<redis_store> tier{*remote, g};
+      if (file != nullptr) {
+        using C = cache_controller<host_file_remote_policies<Layout>>;
+        return std::make_unique<controller_impl<C, host_hooks>>(
+            typename C::tiers_type{device_pool<Layout>{layout.value}, host_pool{g, host_pages}, *file, std::move(tier)},
+            o, strata_scheduler{}, cpu_executor{});
+      }
+      using C = cache_controller<host_remote_policies<Layout>>;
+      return std::make_unique<controller_impl<C, host_hooks>>(
+          typename C::tiers_type{device_pool<Layout>{layout.value}, host_pool{g, host_pages}, std::move(tier)}, o,
+          strata_scheduler{}, cpu_executor{});
+    }
+  }
+#else
+  (void)remote;
+#endif
   if (file != nullptr) {
     using C = cache_controller<host_file_policies<Layout>>;
     return std::make_unique<controller_impl<C, host_hooks>>(
@@ -735,27 +777,35 @@ std::unique_ptr<controller_api> make_host(py_layout<Layout> const& layout, std::
 }
 
 py_controller* cpu_controller(nb::object layout, std::int64_t host_pages, std::optional<controller_options> options,
-                              nb::object file)
+                              nb::object file, nb::object remote)
 {
   controller_options const o = options.value_or(controller_options{});
   file_store* fs = file.is_none() ? nullptr : &nb::cast<file_store&>(file);
+  redis_store* rs = nullptr;
+#if STRATA_PYTHON_REDIS
+  if (!remote.is_none()) { rs = &nb::cast<redis_store&>(remote); }
+#else
+  if (!remote.is_none()) { raise_value("cpu_controller: this module was built without hiredis: no remote tier"); }
+#endif
   std::unique_ptr<controller_api> c;
   if (nb::isinstance<lft>(layout)) {
     auto const& l = nb::cast<lft const&>(layout);
     nb::gil_scoped_release unlocked;
-    c = make_host(l, host_pages, o, fs);
+    c = make_host(l, host_pages, o, fs, rs);
   } else if (nb::isinstance<lf>(layout)) {
-    if (fs != nullptr) { raise_value("cpu_controller: a file tier needs a layer_first_table pool"); }
+    if (fs != nullptr || rs != nullptr) {
+      raise_value("cpu_controller: a file or remote tier needs a layer_first_table pool");
+    }
     auto const& l = nb::cast<lf const&>(layout);
     nb::gil_scoped_release unlocked;
-    c = make_host(l, host_pages, o, fs);
+    c = make_host(l, host_pages, o, fs, rs);
   } else {
     raise_type(
         "cpu_controller: the engine's pool must be a layer_first_table (sglang_layout, mla_layout) or a "
         "layer_first, got ",
         nb::type_name(layout.type()).c_str());
   }
-  return new py_controller{std::move(layout), std::move(file), std::move(c)};
+  return new py_controller{std::move(layout), std::move(file), std::move(c), std::move(remote)};
 }
 
 #if STRATA_PYTHON_CUDA
@@ -867,6 +917,9 @@ void bind_controller(nb::module_& m)
   nb::class_<controller_options>(m, "controller_options", "Settings of a cache controller.")
       .def(nb::init<>())
       .def_rw("backup_policy", &controller_options::backup_policy, "When device pages are backed up to the host.")
+      .def_rw("remote_backup_policy", &controller_options::remote_backup_policy,
+              "Host -> remote copies: as soon as a page is on the host (write_through, the default), or when it "
+              "leaves the tier above (write_back).")
       .def_rw("file_backup_policy", &controller_options::file_backup_policy,
               "When host pages are copied to the file tier.")
       .def_rw("prefetch", &controller_options::prefetch)
@@ -892,6 +945,17 @@ void bind_controller(nb::module_& m)
           "pool's `geometry` (h200::costs_for) unless a model was set already. What the controller predicts a "
           "file-tier hit costs against recomputing it (prefetch and load, or recompute); defaults: 1.92e9 / "
           "2.88e9 B/s, the H200 machine's disk.")
+      .def(
+          "set_remote_tier",
+          [](controller_options& o, kv_geometry const& g, double read_bytes_per_s, double write_bytes_per_s,
+             double latency_s) {
+            cost_model c = o.costs.page_bytes() == 0 ? h200::costs_for(g) : o.costs;
+            c.set_remote_tier(read_bytes_per_s, write_bytes_per_s, latency_s);  // throws before anything changes
+            o.costs = c;
+          },
+          "geometry"_a, "read_bytes_per_s"_a, "write_bytes_per_s"_a, "latency_s"_a,
+          "The cost model's remote-tier rates and round trip (cost_model::set_remote_tier; measure them with "
+          "measure_keyed_store), over the H200 figures unless a model was set already; defaults: 10e9 B/s, 1 ms.")
       .def_prop_ro(
           "file_read_bytes_per_s",
           [](controller_options const& o) -> std::optional<double> {
@@ -980,7 +1044,10 @@ void bind_controller(nb::module_& m)
               "[tier]: pages kept out because reading them back would not beat recomputing them.")
       .def_ro("writes_dropped", &cache_stats::writes_dropped, "[tier]: pages not written: the write backlog was full.")
       .def_ro("restored_pages", &cache_stats::restored_pages)
-      .def_ro("restore_dropped", &cache_stats::restore_dropped);
+      .def_ro("restore_dropped", &cache_stats::restore_dropped)
+      .def_ro("remote_lookups", &cache_stats::remote_lookups)
+      .def_ro("remote_found_pages", &cache_stats::remote_found_pages)
+      .def_ro("remote_lookup_waits", &cache_stats::remote_lookup_waits);
   nb::class_<executor_stats>(m, "executor_stats")
       .def_ro("transfers", &executor_stats::transfers, "[load, copy][gpu_assisted, dma_batch, staged].")
       .def_ro("bytes", &executor_stats::bytes)
@@ -1070,6 +1137,7 @@ void bind_controller(nb::module_& m)
           "executor", [](P const& p) { return p.get().executor_name(); }, "'host' or 'gpu'.")
       .def_ro("layout", &P::layout)
       .def_ro("file_store", &P::file)
+      .def_ro("remote_store", &P::remote)
       .def(
           "set_activity", [](P& p, int a, double ms) { p.get().set_activity(a, ms); }, "activity"_a,
           "compute_ms"_a = 0.0, "What the GPU does (0 idle, 1 prefill, 2 decode), for the backend choice.")
@@ -1078,9 +1146,10 @@ void bind_controller(nb::module_& m)
       .def("executor_stats", [](P const& p) { return p.get().stats_of_executor(); });
 
   m.def("cpu_controller", &cpu_controller, "layout"_a, "host_pages"_a, "options"_a = nb::none(),
-        "file_store"_a = nb::none(), nb::rv_policy::take_ownership,
+        "file_store"_a = nb::none(), "remote_store"_a = nb::none(), nb::rv_policy::take_ownership,
         "cache_controller<cpu_policies<Layout>> over a CPU pool (layer_first_table or layer_first); with a "
-        "file_store, tiers device, host, file.");
+        "file_store, tiers device, host, file; with a redis_store (layer_first_table), a shared remote tier "
+        "below them (docs/remote_tier.md).");
 
 #if STRATA_PYTHON_CUDA
   m.def(
@@ -1136,5 +1205,11 @@ NB_MODULE(_strata, m)
   bind_transfer(m);
   bind_index(m);
   bind_file_store(m);
+#if STRATA_PYTHON_REDIS
+  bind_remote(m);
+  m.attr("redis_built") = true;
+#else
+  m.attr("redis_built") = false;
+#endif
   bind_controller(m);
 }

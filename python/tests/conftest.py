@@ -16,3 +16,12 @@ def sglang_pool(g, pages, dtype=np.float16):
     k = [np.zeros((pages * g.page_tokens, g.kv_heads, g.head_dim), dtype) for _ in range(g.layers)]
     v = [np.zeros((pages * g.page_tokens, g.kv_heads, g.head_dim), dtype) for _ in range(g.layers)]
     return k, v, strata.sglang_layout(k, v, g)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """A 6-node Redis Cluster (3 masters, 3 replicas) on loopback ports, for the whole session."""
+    from redis_servers import redis_servers
+    servers = redis_servers(tmp_path_factory.mktemp("redis"))
+    yield servers
+    servers.stop()

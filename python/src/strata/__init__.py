@@ -52,6 +52,7 @@ from ._strata import (
     prefill_item,
     prefill_result,
     recovered_record,
+    redis_built,
     schedule_budget,
     sglang_layout,
     started_request,
@@ -60,6 +61,16 @@ from ._strata import (
     vllm_layout,
     write_policy,
 )
+
+if redis_built:
+    from ._strata import (
+        content_keys,
+        keyed_store_rates,
+        measure_keyed_store,
+        redis_store,
+        redis_store_options,
+        redis_store_stats,
+    )
 
 if cuda_built:
     from ._strata import gpu_controller, gpu_copier, gpu_transfer, pinned_host_pool
