@@ -48,7 +48,8 @@ redis_servers& cluster()
   return c;
 }
 
-store_namespace space(std::string dtype = "bf16") { return {"remote-controller-test", std::move(dtype), "page_first", geo, 0, 1}; }
+store_namespace space(std::string dtype = "bf16")
+{ return {"remote-controller-test", std::move(dtype), "page_first", geo, 0, 1}; }
 
 redis_store_options store_options(std::string dtype = "bf16")
 {
@@ -127,9 +128,9 @@ struct engine {
     }
     auto const st = cache.stats();
     FAIL("request " << id << " never started: lookups " << st.remote_lookups << " waits " << st.remote_lookup_waits
-                    << " prefetch waits " << st.prefetch_waits << " deferrals " << st.deferrals[0] << "," << st.deferrals[1]
-                    << "," << st.deferrals[2] << "," << st.deferrals[3] << "," << st.deferrals[4] << " waiting "
-                    << cache.waiting() << " pending " << cache.pending_submissions());
+                    << " prefetch waits " << st.prefetch_waits << " deferrals " << st.deferrals[0] << ","
+                    << st.deferrals[1] << "," << st.deferrals[2] << "," << st.deferrals[3] << "," << st.deferrals[4]
+                    << " waiting " << cache.waiting() << " pending " << cache.pending_submissions());
     return {};
   }
 };

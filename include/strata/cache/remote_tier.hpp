@@ -182,10 +182,10 @@ class remote_tier {
 
  private:
   struct job {
-    std::vector<content_key> keys;  // a lookup's
-    std::vector<keyed_page> pages;  // a read's or a write's
-    std::vector<std::int32_t> ids;  // a write's pages' ids
-    std::vector<std::byte*> dests;  // a read's destinations
+    std::vector<content_key> keys;          // a lookup's
+    std::vector<keyed_page> pages;          // a read's or a write's
+    std::vector<std::int32_t> ids;          // a write's pages' ids
+    std::vector<std::byte*> dests;          // a read's destinations
     std::vector<std::byte const*> sources;  // a write's sources
     std::unique_ptr<bool[]> flags;
     std::size_t count = 0;
@@ -193,7 +193,7 @@ class remote_tier {
   struct state {
     std::mutex mutex;
     std::unordered_map<std::int64_t, std::pair<content_key, std::uint64_t>> content;  // slot -> key, stamp
-    std::deque<std::pair<std::int64_t, std::uint64_t>> order;                          // oldest first
+    std::deque<std::pair<std::int64_t, std::uint64_t>> order;                         // oldest first
     std::uint64_t stamp = 0;
     std::map<std::uint64_t, job> jobs;  // by ticket
   };
