@@ -4,12 +4,14 @@
 //
 // Starts Redis servers on loopback ports (tests/support/redis_servers.hpp): a cluster of 3 masters
 // without replicas (STRATA_BENCH_REDIS=standalone: one server). Each iteration moves a batch of
-// Llama-3.1-8B pages (16 tokens, 2 MiB; 256 MiB a batch) through `redis_store` — records with
+// Llama-3.1-8B pages (/0: 32-token pages, 4 MiB; /1: the same page of one tensor-parallel rank of 8,
+// 512 KiB; 256 MiB a batch) through `redis_store` — records with
 // header, ids and CRC-32C, checked on the way back and copied to the caller's memory — and then
-// the same number of values of the same size through the same connections as plain `GET` / `SET`
+// the very same values under the same keys, through the same cluster client (its own connections),
+// as plain `GET` / `SET` (the two alternate which goes first)
 // whose replies are dropped unread by anything but hiredis: `GB/s` is the store's rate,
 // `plain_GB/s` the reference's, `vs_plain` their ratio. `exists` asks for a 128K-token prefix
-// (8,192 pages) present in full. Run with --benchmark_repetitions=5 (the default here); read the
+// (4,096 pages of 32 tokens) present in full. Run with --benchmark_repetitions=5 (the default here); read the
 // median rows.
 #include <strata/geometry.hpp>
 #include <strata/tier/redis_store.hpp>
@@ -36,7 +38,7 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-constexpr std::int64_t batch_pages = 128;
+constexpr std::int64_t batch_bytes = std::int64_t{256} << 20;
 
 strata::test::redis_servers& servers()
 {
@@ -49,7 +51,8 @@ strata::test::redis_servers& servers()
 }
 
 struct setup {
-  strata::kv_geometry g = strata::models::llama31_8b.geometry(16);
+  strata::kv_geometry g;
+  std::int64_t batch_pages;
   std::unique_ptr<strata::redis_store> store;
   std::vector<std::int32_t> tokens;
   std::vector<strata::keyed_page> pages;
@@ -58,15 +61,16 @@ struct setup {
   std::vector<std::byte const*> sources;
   std::vector<std::byte*> dests;
   std::vector<std::string> plain_keys;
-  std::vector<std::byte> plain_value;  // the size of a record
+  std::vector<std::vector<std::byte>> plain_values;  // the records the store writes, byte for byte
   std::unique_ptr<bool[]> flags;
   std::unique_ptr<strata::detail::redis::cluster> plain;
 
-  setup()
+  explicit setup(int tensor_parallel)
+      : g(strata::models::llama31_8b.geometry(32, 2, tensor_parallel)), batch_pages(batch_bytes / g.page_bytes())
   {
     strata::redis_store_options o;
     o.nodes = {servers().address(0)};
-    o.space = {"bench", "bf16", "page_first", g, 0, 1};
+    o.space = {"bench", "bf16", "page_first", g, 0, int(tensor_parallel)};
     store = std::make_unique<strata::redis_store>(o);
     std::mt19937_64 rng{3};
     tokens.resize(std::size_t(batch_pages * g.page_tokens));
@@ -84,10 +88,16 @@ struct setup {
       }
       sources.push_back(s.data());
       dests.push_back(dst.emplace_back(std::size_t(g.page_bytes())).data());
-      plain_keys.push_back("plain:" + std::to_string(p));
+      // The reference moves the very values the store keeps, under the same keys (same slots).
+      plain_keys.push_back(store->key_name(keys[std::size_t(p)]));
+      auto& v = plain_values.emplace_back(strata::detail::keyed_record_bytes(std::size_t(g.page_tokens), 0));
+      strata::content_key const ns = store->space_key();
+      strata::detail::encode_keyed_record_head(v.data(), ns.hi, ns.lo, pages.back().key.hi, pages.back().key.lo,
+                                               strata::keyed_record_version, pages.back().ids, s.data(),
+                                               g.page_bytes());
+      v.insert(v.end(), s.begin(), s.end());
     }
     flags.reset(new bool[std::size_t(batch_pages)]());
-    plain_value.assign(strata::detail::keyed_record_bytes(std::size_t(g.page_tokens), g.page_bytes()), std::byte{7});
     strata::detail::redis::cluster_settings cs;
     cs.seeds = {strata::detail::redis::parse_endpoint(servers().address(0))};
     plain = std::make_unique<strata::detail::redis::cluster>(cs);
@@ -98,23 +108,29 @@ struct setup {
     plain_pass(true);
   }
 
-  /// The reference: plain SET / GET of values of the record's size, pipelined per node.
+  /// The reference: plain SET / GET of the store's values under its keys, pipelined per node in
+  /// rounds of the store's `max_batch_bytes` (64 MiB: one huge pipeline is slower).
   void plain_pass(bool write)
   {
     std::int64_t ok = 0;
-    plain->run(
-        plain_keys.size(), [&](std::size_t i) { return std::string_view(plain_keys[i]); },
-        [&](std::size_t i, redisContext* c) {
-          if (write) {
-            redisAppendCommand(c, "SET %b %b", plain_keys[i].data(), plain_keys[i].size(), plain_value.data(),
-                               plain_value.size());
-          } else {
-            redisAppendCommand(c, "GET %b", plain_keys[i].data(), plain_keys[i].size());
-          }
-        },
-        [&](std::size_t, redisReply const* r) {
-          ok += r && r->type != REDIS_REPLY_ERROR && r->type != REDIS_REPLY_NIL;
-        });
+    std::size_t const per = std::size_t(std::max<std::int64_t>(1, (std::int64_t{64} << 20) / g.page_bytes()));
+    for (std::size_t first = 0; first < plain_keys.size(); first += per) {
+      std::size_t const n = std::min(per, plain_keys.size() - first);
+      plain->run(
+          n, [&](std::size_t i) { return std::string_view(plain_keys[first + i]); },
+          [&](std::size_t i, redisContext* c) {
+            auto const& k = plain_keys[first + i];
+            if (write) {
+              auto const& v = plain_values[first + i];
+              redisAppendCommand(c, "SET %b %b", k.data(), k.size(), v.data(), v.size());
+            } else {
+              redisAppendCommand(c, "GET %b", k.data(), k.size());
+            }
+          },
+          [&](std::size_t, redisReply const* r) {
+            ok += r && r->type != REDIS_REPLY_ERROR && r->type != REDIS_REPLY_NIL;
+          });
+    }
     if (ok != std::int64_t(plain_keys.size())) {
       std::fprintf(stderr, "bench_remote: the plain pass failed\n");
       std::exit(1);
@@ -122,31 +138,44 @@ struct setup {
   }
 };
 
-setup& shared()
+setup& shared(int which)
 {
-  static setup s;
-  return s;
+  static setup full{1}, shard{8};
+  return which == 0 ? full : shard;
 }
 
 void run(benchmark::State& state, bool write)
 {
-  setup& s = shared();
+  setup& s = shared(int(state.range(0)));
   double store_s = 0, plain_s = 0;
+  bool store_first = true;
   for (auto _ : state) {
-    auto const t0 = clock_type::now();
-    std::int64_t const n = write ? s.store->set(s.pages, s.sources, {s.flags.get(), s.pages.size()})
-                                 : s.store->get(s.pages, s.dests, {s.flags.get(), s.pages.size()});
-    auto const t1 = clock_type::now();
-    s.plain_pass(write);
-    auto const t2 = clock_type::now();
-    if (n != batch_pages) {
+    std::int64_t n = 0;
+    auto store_pass = [&] {
+      auto const t0 = clock_type::now();
+      n = write ? s.store->set(s.pages, s.sources, {s.flags.get(), s.pages.size()})
+                : s.store->get(s.pages, s.dests, {s.flags.get(), s.pages.size()});
+      store_s += std::chrono::duration<double>(clock_type::now() - t0).count();
+    };
+    auto plain_pass = [&] {
+      auto const t0 = clock_type::now();
+      s.plain_pass(write);
+      plain_s += std::chrono::duration<double>(clock_type::now() - t0).count();
+    };
+    if (store_first) {
+      store_pass();
+      plain_pass();
+    } else {
+      plain_pass();
+      store_pass();
+    }
+    store_first = !store_first;
+    if (n != s.batch_pages) {
       state.SkipWithError("a page did not move");
       return;
     }
-    store_s += std::chrono::duration<double>(t1 - t0).count();
-    plain_s += std::chrono::duration<double>(t2 - t1).count();
   }
-  double const bytes = double(batch_pages * s.g.page_bytes()) * double(state.iterations());
+  double const bytes = double(s.batch_pages * s.g.page_bytes()) * double(state.iterations());
   state.counters["GB/s"] = bytes / store_s / 1e9;
   state.counters["plain_GB/s"] = bytes / plain_s / 1e9;
   state.counters["vs_plain"] = plain_s / store_s;
@@ -157,14 +186,14 @@ void BM_set(benchmark::State& state) { run(state, true); }
 
 void BM_exists_128k(benchmark::State& state)
 {
-  setup& s = shared();
+  setup& s = shared(0);
   static std::vector<strata::content_key> const prefix = [&] {
-    std::vector<std::int32_t> ids(8192 * 16);
+    std::vector<std::int32_t> ids(std::size_t{128} << 10);  // 128K tokens
     std::mt19937 rng{5};
     for (auto& t : ids) {
       t = std::int32_t(rng() % 128000);
     }
-    auto keys = strata::chain_content_keys(ids, 16);
+    auto keys = strata::chain_content_keys(ids, 32);
     // Tiny values under the store's key names: `exists` looks at keys only.
     strata::detail::redis::cluster_settings cs;
     cs.seeds = {strata::detail::redis::parse_endpoint(servers().address(0))};
@@ -182,12 +211,12 @@ void BM_exists_128k(benchmark::State& state)
     return keys;
   }();
   for (auto _ : state) {
-    if (s.store->exists(prefix) != 8192) {
+    if (s.store->exists(prefix) != 4096) {
       state.SkipWithError("prefix not found");
       return;
     }
   }
-  state.counters["pages"] = 8192;
+  state.counters["pages"] = 4096;
 }
 
 /// hiredis' reply path (its read buffer, then a reply object: two copies) against reading the same
@@ -195,10 +224,10 @@ void BM_exists_128k(benchmark::State& state)
 void BM_reply_copies(benchmark::State& state)
 {
   static strata::test::redis_servers one = strata::test::redis_servers::standalone();
-  setup& s = shared();
+  setup& s = shared(0);
   std::unique_ptr<redisContext, void (*)(redisContext*)> c(redisConnect("127.0.0.1", one.port(0)), redisFree);
   c->reader->maxbuf = 0;
-  std::size_t const bytes = s.plain_value.size();
+  std::size_t const bytes = s.plain_values[0].size();
   std::vector<std::byte> value(bytes, std::byte{9});
   for (std::size_t i = 0; i < s.plain_keys.size(); ++i) {
     freeReplyObject(
@@ -255,8 +284,8 @@ void BM_reply_copies(benchmark::State& state)
   state.counters["copies_share"] = 1.0 - raw_s / hiredis_s;
 }
 
-BENCHMARK(BM_get)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(4);
-BENCHMARK(BM_set)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(4);
+BENCHMARK(BM_get)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(4);
+BENCHMARK(BM_set)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(4);
 BENCHMARK(BM_exists_128k)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
 BENCHMARK(BM_reply_copies)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(4);
 

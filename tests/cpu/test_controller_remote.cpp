@@ -7,6 +7,7 @@
 #include "../support/catch.hpp"
 #include "../support/costs.hpp"
 #include "../support/kv_content.hpp"
+#include "../support/pools.hpp"
 #include "../support/redis_servers.hpp"
 
 #include <strata/cache/controller.hpp>
@@ -33,12 +34,12 @@ namespace {
 using tokens_t = std::vector<std::int32_t>;
 kv_geometry const geo{2, 4, 1, 8, 2, 2};  // 256-byte pages
 
-struct remote_policies {
-  using tiers = tier_stack<device_pool<layer_first>, host_pool, remote_tier<redis_store>>;
+template <class Layout>
+struct remote_policies_over {
+  using tiers = tier_stack<device_pool<Layout>, host_pool, remote_tier<redis_store>>;
   using scheduler = strata_scheduler;
   using executor = cpu_executor;
 };
-using remote_controller = cache_controller<remote_policies>;
 static_assert(async_record_store<remote_tier<redis_store>>);
 static_assert(prompt_lookup_store<remote_tier<redis_store>>);
 
@@ -59,24 +60,27 @@ redis_store_options store_options(std::string dtype = "bf16")
   return o;
 }
 
-/// An engine: its device memory and a controller over the device, a host tier and the remote tier.
-struct engine {
-  std::vector<std::byte> memory;
-  layer_first pool;
-  remote_controller cache;
-  engine(redis_store& store, std::int64_t device_pages = 64, std::int64_t host_pages = 32,
-         prefetch_mode prefetch = prefetch_mode::wait_complete)
-      : memory(std::size_t(device_pages * geo.page_bytes())),
-        pool(memory.data(), geo, device_pages),
-        cache(remote_controller::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, host_pages},
-                                            remote_tier<redis_store>{store, geo}},
-              options(prefetch))
+/// An engine over a device pool of any layout: a controller over the device, a host tier and the
+/// remote tier.
+template <class Layout>
+struct engine_over {
+  using controller = cache_controller<remote_policies_over<Layout>>;
+  kv_geometry g;
+  Layout pool;
+  controller cache;
+  engine_over(Layout l, redis_store& store, std::int64_t host_pages = 32,
+              prefetch_mode prefetch = prefetch_mode::wait_complete)
+      : g(l.geometry()),
+        pool(std::move(l)),
+        cache(typename controller::tiers_type{device_pool<Layout>{pool}, host_pool{g, host_pages},
+                                              remote_tier<redis_store>{store, g}},
+              options(g, prefetch))
   {
   }
-  static controller_options options(prefetch_mode prefetch)
+  static controller_options options(kv_geometry const& g, prefetch_mode prefetch)
   {
     controller_options o;
-    o.costs = test::reading_pays(geo);
+    o.costs = test::reading_pays(g);
     o.prefetch = prefetch;
     return o;
   }
@@ -112,12 +116,12 @@ struct engine {
       for (auto c : h.started[0].cached_pages) {
         cached += c;
       }
-      for (std::int64_t p = 0; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
+      for (std::int64_t p = 0; p < std::int64_t(t.size()) / g.page_tokens; ++p) {
         INFO("request " << id << " page " << p);
         if (p < cached) {
-          REQUIRE(test::kv_page_ok(pool, geo, t, p, table[std::size_t(p)]));
+          REQUIRE(test::kv_page_ok(pool, g, t, p, table[std::size_t(p)]));
         } else {
-          test::write_kv_page(pool, geo, t, p, table[std::size_t(p)]);
+          test::write_kv_page(pool, g, t, p, table[std::size_t(p)]);
         }
       }
       (void)cache.finish_prefill(request_id{id});
@@ -127,11 +131,23 @@ struct engine {
       return h.started[0].cached_pages;
     }
     auto const st = cache.stats();
-    FAIL("request " << id << " never started: lookups " << st.remote_lookups << " waits " << st.remote_lookup_waits
-                    << " prefetch waits " << st.prefetch_waits << " deferrals " << st.deferrals[0] << ","
-                    << st.deferrals[1] << "," << st.deferrals[2] << "," << st.deferrals[3] << "," << st.deferrals[4]
-                    << " waiting " << cache.waiting() << " pending " << cache.pending_submissions());
+    FAIL("request " << id << " never started: " << st.remote_lookups << " lookups, " << st.remote_lookup_waits
+                    << " rounds held for them, " << cache.waiting() << " waiting");
     return {};
+  }
+};
+
+/// The layer-first engine most cases use, with its own device memory.
+struct engine_memory {
+  std::vector<std::byte> bytes;
+  explicit engine_memory(std::int64_t pages) : bytes(std::size_t(pages * geo.page_bytes())) {}
+};
+struct engine : engine_memory, engine_over<layer_first> {
+  explicit engine(redis_store& store, std::int64_t device_pages = 64, std::int64_t host_pages = 32,
+                  prefetch_mode prefetch = prefetch_mode::wait_complete)
+      : engine_memory(device_pages),
+        engine_over<layer_first>(layer_first{bytes.data(), geo, device_pages}, store, host_pages, prefetch)
+  {
   }
 };
 
@@ -282,4 +298,32 @@ TEST_CASE("remote: a request released while its lookup is out leaves nothing beh
   b.cache.check_invariants();
   CHECK(b.cache.live_requests() == 0);
   CHECK(total(b.serve(8, with_question(doc, 42))) == 8);
+}
+
+TEST_CASE("remote: pages round-trip bit-exact whatever the engine's layout", "[cpu][redis][controller]")
+{
+  // Each layout's engine computes a document; a second engine of the same layout loads it from the
+  // remote tier (the store keeps the host tier's page-first records, whatever the device layout).
+  kv_geometry const mla_geo{2, 4, 1, 16, 2, 1};
+  std::uint64_t seed = 11;
+  for (auto kind : test::all_layout_kinds) {
+    kv_geometry const g = kind == test::layout_kind::mla ? mla_geo : geo;
+    INFO("layout " << test::to_string(kind));
+    redis_store_options o = store_options();
+    o.space.geometry = g;
+    o.space.layout = test::to_string(kind);  // a namespace per layout: each starts empty
+    redis_store store{o};
+    tokens_t const doc = document(100 + std::int32_t(seed), 7);
+    ++seed;
+    test::with_pool(kind, g, 48, seed, [&](auto& a) {
+      engine_over<std::remove_cvref_t<decltype(a.layout)>> first{a.layout, store};
+      CHECK(total(first.serve(1, with_question(doc, 1))) == 0);
+    });
+    test::with_pool(kind, g, 48, seed + 1000, [&](auto& b) {
+      engine_over<std::remove_cvref_t<decltype(b.layout)>> second{b.layout, store};
+      auto const cached = second.serve(2, with_question(doc, 2));
+      CHECK(total(cached) == 7);
+      CHECK(cached[0] == 0);
+    });
+  }
 }

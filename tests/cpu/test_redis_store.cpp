@@ -562,3 +562,51 @@ TEST_CASE("a page written by one process is found by another", "[cpu][redis]")
   CHECK(r.exists(d.keys) == 50);
   CHECK(get_checked(r, d) == 50);
 }
+
+TEST_CASE("a paused server: its pages are misses within the timeouts, then served again", "[cpu][redis]")
+{
+  redis_servers one = redis_servers::standalone();
+  auto o = options({one.address(0)});
+  o.command_timeout = std::chrono::milliseconds(200);
+  o.retry_budget = std::chrono::milliseconds(300);
+  redis_store s(o);
+  document const d(small_geometry(), 24, 13);
+  put(s, d);
+  one.pause(0);  // kill -STOP: connections stay open, nothing answers
+  auto const t0 = std::chrono::steady_clock::now();
+  CHECK(get_checked(s, d) == 0);
+  auto const waited = std::chrono::steady_clock::now() - t0;
+  CHECK(waited < std::chrono::seconds(3));  // a timeout and the retry budget, not for ever
+  CHECK(s.exists(d.keys) == 0);
+  CHECK(s.stats().pages_unanswered >= 24);
+  one.resume(0);
+  std::int64_t got = 0;
+  for (int round = 0; round < 50 && got < 24; ++round) {
+    got = get_checked(s, d);
+  }
+  CHECK(got == 24);
+}
+
+TEST_CASE("a full store: writes fail cleanly, reads keep serving", "[cpu][redis]")
+{
+  redis_servers one = redis_servers::standalone();
+  redis_store s(options({one.address(0)}));
+  document const first(small_geometry(), 16, 14);
+  put(s, first);
+  // No room left and no eviction: every write is refused (OOM), reads go on.
+  auto used = one.command(0, "INFO memory");
+  REQUIRE((used && used->type == REDIS_REPLY_STRING));
+  std::string const text(used->str, used->len);
+  long long const bytes = std::atoll(text.c_str() + text.find("used_memory:") + 12);
+  REQUIRE(one.command(0, "CONFIG SET maxmemory-policy noeviction"));
+  REQUIRE(one.command(0, "CONFIG SET maxmemory %lld", bytes + 1024)->type == REDIS_REPLY_STATUS);
+  document const more(small_geometry(), 64, 15);
+  auto pages = more.pages();
+  auto src = more.sources();
+  std::unique_ptr<bool[]> ok(new bool[pages.size()]());
+  std::int64_t const written = s.set(pages, src, {ok.get(), pages.size()});
+  CHECK(written < std::int64_t(pages.size()));
+  CHECK(s.stats().pages_written == 16 + written);
+  CHECK(get_checked(s, first) == 16);      // what was stored still reads back
+  CHECK(get_checked(s, more) == written);  // and only what was written of the rest
+}

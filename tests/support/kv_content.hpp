@@ -34,7 +34,25 @@ STRATA_HOST_DEVICE inline std::uint64_t kv_word(std::uint64_t key, std::int64_t 
   return x ^ (x >> 31);
 }
 
-/// @brief The engine "computes" page `p` of `tokens` into device page `dev` of a layer-first pool.
+/// @brief Calls `f(word_index, address)` for every 8-byte word of block (layer, plane) of page
+///        `dev` of any layout, in the canonical order (token, head, bytes of the head row).
+template <class Layout, class F>
+void for_each_kv_word(Layout const& l, kv_geometry const& g, std::int64_t dev, std::int64_t layer, std::int64_t plane,
+                      F&& f)
+{
+  auto const b = l.block(dev, layer, plane);
+  std::int64_t const per_head = g.head_bytes() / 8;
+  for (std::int64_t t = 0; t < g.page_tokens; ++t) {
+    for (std::int64_t h = 0; h < g.kv_heads; ++h) {
+      for (std::int64_t j = 0; j < per_head; ++j) {
+        f((t * g.kv_heads + h) * per_head + j, b.data + t * b.token_stride + h * b.head_stride + j * 8);
+      }
+    }
+  }
+}
+
+/// @brief The engine "computes" page `p` of `tokens` into device page `dev` (any layout; head rows
+///        of a multiple of 8 bytes).
 template <class Layout>
 void write_kv_page(Layout const& l, kv_geometry const& g, std::vector<std::int32_t> const& tokens, std::int64_t p,
                    std::int64_t dev)
@@ -42,11 +60,10 @@ void write_kv_page(Layout const& l, kv_geometry const& g, std::vector<std::int32
   std::uint64_t const key = page_key(tokens, g.page_tokens, p);
   for (std::int64_t layer = 0; layer < g.layers; ++layer) {
     for (std::int64_t k = 0; k < g.planes; ++k) {
-      std::byte* b = l.block(dev, layer, k).data;
-      for (std::int64_t w = 0; w < g.block_bytes() / 8; ++w) {
+      for_each_kv_word(l, g, dev, layer, k, [&](std::int64_t w, std::byte* at) {
         std::uint64_t const v = kv_word(key, layer, k, w);
-        std::memcpy(b + w * 8, &v, 8);
-      }
+        std::memcpy(at, &v, 8);
+      });
     }
   }
 }
@@ -57,17 +74,17 @@ bool kv_page_ok(Layout const& l, kv_geometry const& g, std::vector<std::int32_t>
                 std::int64_t dev)
 {
   std::uint64_t const key = page_key(tokens, g.page_tokens, p);
+  bool ok = true;
   for (std::int64_t layer = 0; layer < g.layers; ++layer) {
     for (std::int64_t k = 0; k < g.planes; ++k) {
-      std::byte const* b = l.block(dev, layer, k).data;
-      for (std::int64_t w = 0; w < g.block_bytes() / 8; ++w) {
+      for_each_kv_word(l, g, dev, layer, k, [&](std::int64_t w, std::byte* at) {
         std::uint64_t v;
-        std::memcpy(&v, b + w * 8, 8);
-        if (v != kv_word(key, layer, k, w)) { return false; }
-      }
+        std::memcpy(&v, at, 8);
+        ok = ok && v == kv_word(key, layer, k, w);
+      });
     }
   }
-  return true;
+  return ok;
 }
 
 }  // namespace strata::test

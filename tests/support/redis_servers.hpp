@@ -96,6 +96,10 @@ class redis_servers {
     }
   }
 
+  /// `kill -STOP` / `kill -CONT` of server `i`: it stops answering, without closing a connection.
+  void pause(int i) const { ::kill(pids_[std::size_t(i)], SIGSTOP); }
+  void resume(int i) const { ::kill(pids_[std::size_t(i)], SIGCONT); }
+
   /// One command to server `i` (hiredis' printf-like format); throws if it cannot connect.
   template <class... A>
   reply command(int i, char const* format, A... args) const
