@@ -69,18 +69,20 @@ struct engine_over {
   Layout pool;
   controller cache;
   engine_over(Layout l, redis_store& store, std::int64_t host_pages = 32,
-              prefetch_mode prefetch = prefetch_mode::wait_complete)
+              prefetch_mode prefetch = prefetch_mode::wait_complete, bool reading_pays = true)
       : g(l.geometry()),
         pool(std::move(l)),
         cache(typename controller::tiers_type{device_pool<Layout>{pool}, host_pool{g, host_pages},
                                               remote_tier<redis_store>{store, g}},
-              options(g, prefetch))
+              options(g, prefetch, reading_pays))
   {
   }
-  static controller_options options(kv_geometry const& g, prefetch_mode prefetch)
+  /// `reading_pays`: a remote tier that reads faster than these tiny pages compute; false: the
+  /// H200 defaults (10 GB/s, 1 ms a read), for which recomputing them is cheaper.
+  static controller_options options(kv_geometry const& g, prefetch_mode prefetch, bool reading_pays)
   {
     controller_options o;
-    o.costs = test::reading_pays(g);
+    if (reading_pays) { o.costs = test::reading_pays(g); }
     o.prefetch = prefetch;
     return o;
   }
@@ -144,9 +146,10 @@ struct engine_memory {
 };
 struct engine : engine_memory, engine_over<layer_first> {
   explicit engine(redis_store& store, std::int64_t device_pages = 64, std::int64_t host_pages = 32,
-                  prefetch_mode prefetch = prefetch_mode::wait_complete)
+                  prefetch_mode prefetch = prefetch_mode::wait_complete, bool reading_pays = true)
       : engine_memory(device_pages),
-        engine_over<layer_first>(layer_first{bytes.data(), geo, device_pages}, store, host_pages, prefetch)
+        engine_over<layer_first>(layer_first{bytes.data(), geo, device_pages}, store, host_pages, prefetch,
+                                 reading_pays)
   {
   }
 };
@@ -326,4 +329,21 @@ TEST_CASE("remote: pages round-trip bit-exact whatever the engine's layout", "[c
       CHECK(cached[0] == 0);
     });
   }
+}
+
+TEST_CASE("remote: pages cheaper to recompute than to read are not adopted", "[cpu][redis][controller]")
+{
+  redis_store store{store_options()};
+  tokens_t const doc = document(6, 10);
+  {
+    engine a{store};
+    a.serve(1, with_question(doc, 50));
+  }
+  REQUIRE(store.exists(chain_content_keys(doc, geo.page_tokens)) == 10);
+  engine b{store, 64, 32, prefetch_mode::wait_complete, /*reading_pays=*/false};
+  CHECK(total(b.serve(2, with_question(doc, 51))) == 0);  // 1 ms a read against a tiny model's prefill
+  CHECK(b.cache.stats().remote_lookups == 1);
+  CHECK(b.cache.stats().remote_found_pages == 0);
+  CHECK(b.cache.stats().prefetch_not_worth_pages == 10);
+  CHECK(b.cache.probe(with_question(doc, 52)).tokens == 10 * geo.page_tokens);  // computed here, so held here now
 }

@@ -261,6 +261,7 @@ void cache_controller<Policies>::start_lookup(state& s)
   if constexpr (tiers_type::has(tier::remote)) {
     auto& remote = tiers_.template get<tier::remote>();
     if constexpr (prompt_lookup_store<std::remove_cvref_t<decltype(remote)>>) {
+      if (!tree_.has_tier(tier::remote)) { return; }  // a stack whose remote tier has no capacity
       if (tree_.probe(s.tokens).tokens / page_tokens() >= whole_pages(s)) {
         remote.learn(s.tokens, ids_per_page());  // its pages' keys, for the writes to come
         return;
@@ -289,6 +290,20 @@ void cache_controller<Policies>::settle_lookups(stream_type const* stream)
         s.remote_lookup = 0;
         --lookups_pending_;
         if (*found == 0 || s.at != stage::waiting) { continue; }
+        // Pages found beyond what the index holds: adopted only if reading them beats computing them
+        // (as a file tier's prefix is prefetched only then), else the index never learns of them.
+        std::int64_t const pt = page_tokens();
+        match_result const m = tree_.probe(s.tokens);
+        std::int64_t const extra = *found - m.tokens / pt;
+        if (extra <= 0) { continue; }
+        std::array<std::int64_t, tier_count> reads{};
+        reads[std::size_t(tier::remote)] = extra;
+        std::int64_t const upper = std::min(m.tokens, s.prompt_tokens - 1);
+        std::int64_t const below = std::min(*found * pt, s.prompt_tokens - 1) - upper;
+        if (below <= 0 || options_.costs.load_s(reads) >= options_.costs.prefill_s(below, upper)) {
+          stats_.prefetch_not_worth_pages += extra;
+          continue;
+        }
         // Its in-queue mark covers the pages it lacked: the pages found replace it, it marks the rest.
         request_id const id = waiting_[i].id;
         if (tree_.transient_pages(id) > 0) { tree_.abort(id); }
