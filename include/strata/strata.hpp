@@ -31,6 +31,7 @@
 #include <strata/sched/strata_scheduler.hpp>
 #include <strata/sched/toolkit.hpp>
 #include <strata/sim/engine.hpp>
+#include <strata/sim/shared_remote.hpp>
 #include <strata/sim/virtual_executor.hpp>
 #include <strata/sim/workload.hpp>
 #include <strata/tier/concepts.hpp>

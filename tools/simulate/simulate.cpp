@@ -102,7 +102,9 @@ struct options {
   prefetch_mode prefetch = prefetch_mode::best_effort;
   bool file_sweep = false;
   bool file_grid = false;
-  bool record_rules = true;  // false: record tiers take every page, unbounded backlog (before issue 20)
+  bool record_rules = true;           // false: record tiers take every page, unbounded backlog (before issue 20)
+  std::optional<double> remote_gbps;  // set: a remote tier the instances share, at this rate (GB/s)
+  bool scale_out = false;
 };
 
 [[noreturn]] void usage(int code)
@@ -164,6 +166,14 @@ struct options {
       "                                  working set, file tiers of 1, 1.92, 12 and 48 GB/s with and without\n"
       "                                  the record rules, against no file tier; strata, 3 seeds; takes --out\n"
       "                                  (default sweep/), --requests, --trace and --progress\n"
+      "  --remote-gbps X                 a remote tier (Redis Cluster) the instances share, X GB/s per\n"
+      "                                  instance's link both ways, 0.5 ms a read (4M pages an index knows)\n"
+      "  --scale-out                     the scale-out grid: 2, 4 and 8 instances behind the cache-aware\n"
+      "                                  router, each with local tiers only or sharing a remote tier at 2.27\n"
+      "                                  GB/s (bench_remote, loopback), 100 and 400 Gb/s; long documents (200\n"
+      "                                  requests an instance at 1.5/s each, 3 seeds) and --trace FILE (its own\n"
+      "                                  arrivals); host tiers of 131072 and 2048 pages; strata; takes --out\n"
+      "                                  (default sweep/), --trace and --progress\n"
       "  --progress                      progress bar (on by itself from 20000 requests)\n"
       "exit status: 0 done, 1 failed (files, saturation search), 2 bad option or trace,\n"
       "             3 requests turned away (a prompt larger than the KV pool)\n",
@@ -284,6 +294,10 @@ options parse(int argc, char** argv)
       auto const it = std::find_if(names.begin(), names.end(), [&](char const* n) { return v == n; });
       STRATA_EXPECTS(it != names.end(), "--prefetch must be off, best_effort, wait_complete or timeout, got '", v, "'");
       o.prefetch = prefetch_mode(it - names.begin());
+    } else if (a == "--remote-gbps") {
+      o.remote_gbps = number_value(a, value(i), limits::min_gbps, limits::max_gbps);
+    } else if (a == "--scale-out") {
+      o.scale_out = true;
     } else if (a == "--help" || a == "-h") {
       usage(0);
     } else {
@@ -324,6 +338,15 @@ void set_file_tier(options const& o, cost_model& costs)
   }
 }
 
+/// A remote tier every instance shares (a Redis Cluster): `read` / `write` bytes/s per instance's
+/// link, `latency` seconds a read; 4M pages (16 TiB of Llama-3.1-8B) an index may know of.
+void share_remote(engine_config& c, double read, double write, double latency)
+{
+  c.remote_pages = std::int64_t{1} << 22;
+  c.shared_remote = std::make_shared<sim::shared_remote_pages>();
+  c.costs.set_remote_tier(read, write, latency);
+}
+
 /// The engine: Llama-3.1-8B on one H200 with 512 GiB of pinned host memory (128K pages of 32
 /// tokens); a 48 GiB KV pool (12K pages), or 24 GiB (6K pages: three documents) for long documents,
 /// so that documents outgrow the GPU and come back from the host. No file tier unless --file-pages.
@@ -339,6 +362,7 @@ engine_config engine_for(options const& o, io_costs const& io, std::string const
   c.prefetch = o.prefetch;
   c.token_budget = o.budget;
   c.record_rules = o.record_rules;
+  if (o.remote_gbps) { share_remote(c, *o.remote_gbps * 1e9, *o.remote_gbps * 1e9, 0.5e-3); }
   return c;
 }
 
@@ -1237,6 +1261,150 @@ int run_file_grid(options const& o)
   return 0;
 }
 
+/// The scale-out grid: instances behind the cache-aware router, local tiers only or sharing a remote
+/// tier at three rates; long documents at a per-instance load equal to the default, the trace at its
+/// own arrivals.
+int run_scale_out(options const& o)
+{
+  std::string const dir = o.out.empty() ? "sweep" : o.out;
+  prepare_out(dir);
+  std::string const trace_name = "Mooncake trace";
+  std::vector<std::string> workloads{"long_documents"};
+  workload trace;
+  if (!o.trace.empty()) {
+    trace = replay(o.trace, engine_for(o, h200::gpu_assisted_io()).costs.page_tokens(), o.trace_pages);
+    check_trace(trace, o.trace);
+    workloads.push_back(trace_name);
+  }
+  struct remote {
+    char const* name;
+    double read_gbps, write_gbps, latency_s;  // read_gbps 0: no remote tier
+  };
+  // Loopback: bench_remote's medians (docs/remote_tier.md), one key's round trip about 0.1 ms.
+  std::vector<remote> const remotes{{"none", 0, 0, 0},
+                                    {"loopback 2.27 GB/s", 2.27, 1.56, 0.1e-3},
+                                    {"100 Gb/s", 12.5, 12.5, 0.5e-3},
+                                    {"400 Gb/s", 50, 50, 0.5e-3}};
+  std::vector<int> const counts{2, 4, 8};
+  std::vector<std::int64_t> const hosts{131072, 2048};
+  struct cell {
+    std::string workload;
+    int instances = 0;
+    std::int64_t host = 0;
+    int remote = 0;
+    std::uint64_t seed = 0;
+    summary s;
+  };
+  std::vector<cell> cells;
+  std::ostringstream problems;
+  auto const t0 = std::chrono::steady_clock::now();
+  for (auto const& wname : workloads) {
+    bool const is_trace = wname == trace_name;
+    for (int n : counts) {
+      std::vector<std::uint64_t> const seeds =
+          is_trace ? std::vector<std::uint64_t>{1} : std::vector<std::uint64_t>{1, 2, 3};
+      for (auto seed : seeds) {
+        auto const& d = defaults_for("long_documents");
+        workload const w = is_trace ? trace : make_workload(wname, 200 * n, d.rate * n, seed);
+        for (auto host : hosts) {
+          for (int ri = 0; ri < int(remotes.size()); ++ri) {
+            options base_o = o;
+            base_o.host_pages = host;
+            engine_config c = engine_for(base_o, h200::gpu_assisted_io(), is_trace ? "" : wname);
+            if (remotes[ri].read_gbps > 0) {
+              share_remote(c, remotes[ri].read_gbps * 1e9, remotes[ri].write_gbps * 1e9, remotes[ri].latency_s);
+            }
+            auto const r = run("strata", w, c, {}, n, o.progress);
+            for (auto const& x : r.records) {
+              std::int64_t cached = 0;
+              for (auto t : x.cached_tokens) {
+                cached += t;
+              }
+              bool const rejected = !x.served() && first_chunk_pages(x.prompt_tokens, x.output_tokens, 0, 0,
+                                                                     c.costs.page_tokens()) > c.device_pages;
+              bool const once = cached + x.computed_tokens == x.prompt_tokens ||
+                                (cached == x.prompt_tokens && x.computed_tokens == 1);
+              if (!rejected && (!x.served() || x.first_token_s < x.arrival_s || !once)) {
+                problems << "- " << wname << ", " << n << " instances, seed " << seed << ", host " << host << ", "
+                         << remotes[ri].name << ": request " << x.id.value << " served wrong\n";
+              }
+            }
+            cells.push_back({wname, n, host, ri, seed, summarize(r, "strata")});
+            std::fprintf(stderr, "scale-out: %s, %d instances, seed %llu, host %lld, %s done\n", wname.c_str(), n,
+                         (unsigned long long)seed, (long long)host, remotes[ri].name);
+          }
+        }
+      }
+    }
+  }
+  double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto mean = [&](std::string const& w, int n, std::int64_t host, int ri, auto field) {
+    double sum = 0;
+    int k = 0;
+    for (auto const& c : cells) {
+      if (c.workload == w && c.instances == n && c.host == host && c.remote == ri) {
+        sum += field(c.s);
+        ++k;
+      }
+    }
+    return k ? sum / k : std::nan("");
+  };
+  std::ofstream md{dir + "/scale_out.md"};
+  md << "# Scale-out with a shared remote tier (simulate --scale-out)\n\n"
+        "N engine instances (strata on Llama-3.1-8B, one H200 each, GPU-assisted I/O, 6144 device pages for long "
+        "documents, 12288 for the trace) behind the cache-aware router (the instance with the longest prefix it holds "
+        "itself or is computing — a page only in the shared tier is as near to all —; the least loaded on ties), "
+        "each with its own device and host tiers, alone or sharing a remote tier (a Redis Cluster): pages any "
+        "instance computes go there as they reach its host if a later read pays for them (write-through, the record "
+        "rules), and a request's instance asks it at submit which leading pages exist, adopts them if reading beats "
+        "recomputing, then prefetches them. "
+        "Remote rates per instance's link: loopback as measured by bench_remote (2.27 GB/s reads, 1.56 writes, 0.1 "
+        "ms), 100 Gb/s and 400 Gb/s (0.5 ms a read). Long documents: 200 requests an instance at 1.5 requests/s "
+        "each (the default per-instance load; 40 documents in all), means over seeds 1-3; the Mooncake trace at its "
+        "own arrivals (3,993 requests). Ratios: the figure with the remote tier / without it, same instances and "
+        "host; below 1 is better.\n\n"
+        "| workload | instances | host pages | remote | TTFT mean s | p99 s | mean ratio | p99 ratio | hits "
+        "device/host/remote |\n|---|---|---|---|---|---|---|---|---|\n";
+  char buf[1024];
+  auto ttft_mean = [](summary const& x) { return x.ttft_mean; };
+  auto ttft_p99 = [](summary const& x) { return x.ttft_p99; };
+  for (auto const& wname : workloads) {
+    for (int n : counts) {
+      for (auto host : hosts) {
+        double const none = mean(wname, n, host, 0, ttft_mean), none99 = mean(wname, n, host, 0, ttft_p99);
+        for (int ri = 0; ri < int(remotes.size()); ++ri) {
+          double const m = mean(wname, n, host, ri, ttft_mean), p = mean(wname, n, host, ri, ttft_p99);
+          std::snprintf(buf, sizeof buf, "| %s | %d | %lld | %s | %.3f | %.3f | %.3f | %.3f | %.2f/%.2f/%.2f |\n",
+                        wname.c_str(), n, (long long)host, remotes[ri].name, m, p, m / none, p / none99,
+                        mean(wname, n, host, ri, [](summary const& x) { return x.hit_rate[0]; }),
+                        mean(wname, n, host, ri, [](summary const& x) { return x.hit_rate[1]; }),
+                        mean(wname, n, host, ri, [](summary const& x) { return x.hit_rate[3]; }));
+          md << buf;
+          std::printf("%s", buf);
+        }
+      }
+    }
+  }
+  md << "\nChecks: "
+     << (problems.str().empty() ? std::string{"every request of every run served (but those larger than the device "
+                                              "pool, turned away), every prompt token cached or computed once.\n"}
+                                : "\n" + problems.str());
+  std::ofstream csv{dir + "/scale_out.csv"};
+  csv << "workload,instances,host,remote,seed,ttft_mean,ttft_p50,ttft_p90,ttft_p99,hit_device,hit_host,hit_remote\n";
+  for (auto const& c : cells) {
+    csv << '"' << c.workload << "\"," << c.instances << ',' << c.host << ",\"" << remotes[c.remote].name << "\","
+        << c.seed << ',' << c.s.ttft_mean << ',' << c.s.ttft_p50 << ',' << c.s.ttft_p90 << ',' << c.s.ttft_p99 << ','
+        << c.s.hit_rate[0] << ',' << c.s.hit_rate[1] << ',' << c.s.hit_rate[3] << '\n';
+  }
+  md << "\nGenerated by `simulate --scale-out` in " << std::lround(seconds) << " s.\n";
+  std::printf("scale-out: %zu runs in %.0f s; %s/scale_out.md, scale_out.csv\n", cells.size(), seconds, dir.c_str());
+  if (!problems.str().empty()) {
+    std::fprintf(stderr, "simulate: %s", problems.str().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv)
 {
   try {
@@ -1249,12 +1417,21 @@ int main(int argc, char** argv)
               o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.progress &&
               o.delay_hits && o.balance && o.bubbles && !o.rate && !o.requests && !o.file_sweep && !o.file_pages &&
               !o.file_gbps && !o.file_write_gbps && o.file_bench.empty() && o.file_drives == 1 && !o.policy &&
-              !o.file_grid,
+              !o.file_grid && !o.scale_out && !o.remote_gbps,
           "--sweep takes only --out, --trace (with --trace-pages), --budget, --device-pages and --host-pages");
       return run_sweep(o);
     }
     STRATA_EXPECTS(o.file_bench.empty() || (!o.file_gbps && !o.file_write_gbps),
                    "--file-bench and --file-gbps / --file-write-gbps all set the file tier's bandwidth: give one");
+    if (o.scale_out) {
+      // The grid fixes its workloads, loads, instances, tiers, rates and seeds.
+      STRATA_EXPECTS(o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&
+                         o.workload == defaults.workload && o.seed == defaults.seed && !o.time_scale && !o.rate &&
+                         !o.requests && !o.file_grid && !o.file_sweep && !o.host_pages && !o.device_pages &&
+                         !o.file_pages && !o.remote_gbps,
+                     "--scale-out takes only --out, --trace (with --trace-pages) and --progress");
+      return run_scale_out(o);
+    }
     if (o.file_grid) {
       // The grid fixes its workloads, loads, tiers, rates and seeds.
       STRATA_EXPECTS(o.instances == 1 && o.strategy == defaults.strategy && o.system == defaults.system &&

@@ -15,6 +15,7 @@
 
 #include <strata/cache/controller.hpp>
 #include <strata/presets/h200.hpp>
+#include <strata/sim/shared_remote.hpp>
 #include <strata/sim/virtual_executor.hpp>
 #include <strata/sim/workload.hpp>
 
@@ -35,11 +36,15 @@ namespace strata::sim {
 
 /// @brief One engine instance's resources and limits.
 struct engine_config {
-  cost_model costs;                                          ///< the clock: loads, prefill, decode
-  std::int64_t device_pages = 0;                             ///< KV pages the GPU pool holds
-  std::int64_t host_pages = 0;                               ///< host tier (0: none)
-  std::int64_t file_pages = 0;                               ///< file tier (0: none)
-  std::int64_t remote_pages = 0;                             ///< remote tier (0: none)
+  cost_model costs;               ///< the clock: loads, prefill, decode
+  std::int64_t device_pages = 0;  ///< KV pages the GPU pool holds
+  std::int64_t host_pages = 0;    ///< host tier (0: none)
+  std::int64_t file_pages = 0;    ///< file tier (0: none)
+  std::int64_t remote_pages = 0;  ///< remote tier (0: none)
+  /// A remote store shared with other instances: pages one writes, others find at submit (`simulate`
+  /// gives its engines one, empty at the start, when this is set). Null: the remote tier (if any)
+  /// is this engine's alone.
+  std::shared_ptr<shared_remote_pages> shared_remote;
   write_policy backup_policy = write_policy::write_through;  ///< device -> host backups
   std::int64_t token_budget = 8192;    ///< most prefill tokens per batch (longer prompts are chunked)
   std::int64_t delay_hit_tokens = 64;  ///< shortest transient match that is a delay hit
@@ -111,8 +116,8 @@ struct engine_counters {
 };
 
 /// @brief The simulator's tiers: page ids only, every tier present (capacity 0: absent).
-using virtual_tiers = tier_stack<virtual_pool<tier::device>, virtual_pool<tier::host>, virtual_pool<tier::file>,
-                                 virtual_pool<tier::remote>>;
+using virtual_tiers =
+    tier_stack<virtual_pool<tier::device>, virtual_pool<tier::host>, virtual_pool<tier::file>, virtual_remote>;
 
 /// @brief The policy bundle the simulator runs a strategy with: virtual tiers and time.
 template <scheduler_strategy Strategy>
@@ -146,6 +151,15 @@ class engine {
   [[nodiscard]] double now() const noexcept { return now_; }
   /// @brief Whether requests are waiting or running.
   [[nodiscard]] bool busy() const noexcept { return waiting_ > 0 || !running_.empty(); }
+  /// @brief When it next has something to do: now while requests wait or run; idle, sharing a
+  ///        remote tier, when its next copy lands (copies must land, and be written on, for the
+  ///        other instances to find them); else infinity.
+  [[nodiscard]] double next_event()
+  {
+    if (busy()) { return now_; }
+    if (!config_.shared_remote) { return std::numeric_limits<double>::infinity(); }
+    return std::max(now_, cache_.executor().next_copy_landing());
+  }
   /// @brief Requests waiting or running.
   [[nodiscard]] std::size_t outstanding() const noexcept { return waiting_ + running_.size(); }
   /// @brief The cache controller (its index answers the router's probes).
@@ -186,7 +200,13 @@ class engine {
   void step()
   {
     (void)cache_.poll();  // backups and demotions that landed by now
-    if (!busy()) { return; }
+    if (!busy()) {
+      if (double const next = cache_.executor().next_copy_landing();
+          config_.shared_remote && next < std::numeric_limits<double>::infinity()) {
+        set_now(std::max(now_, next));  // idle, sharing a remote tier: its copies go on
+      }
+      return;
+    }
     batch_plan plan;
     if (waiting_ > 0) {
       schedule_budget b;
@@ -226,7 +246,7 @@ class engine {
     std::int64_t context = 0;
   };
 
-  static virtual_tiers tiers(engine_config const& c)
+  virtual_tiers tiers(engine_config const& c)
   {
     // One layer, plane and head whose head row makes a page of the cost model's bytes: the
     // controller's byte counts are then the model's.
@@ -235,7 +255,8 @@ class engine {
                    " is not a multiple of 16 bytes per token");
     kv_geometry const g{1, pt, 1, c.costs.page_bytes() / pt, 1, 1};
     return virtual_tiers{virtual_pool<tier::device>{g, c.device_pages}, virtual_pool<tier::host>{g, c.host_pages},
-                         virtual_pool<tier::file>{g, c.file_pages}, virtual_pool<tier::remote>{g, c.remote_pages}};
+                         virtual_pool<tier::file>{g, c.file_pages},
+                         virtual_remote{g, c.remote_pages, c.shared_remote, [this] { return now_; }}};
   }
   controller_options options(engine_config const& c)
   {
@@ -452,7 +473,9 @@ struct simulation_result {
 
 /**
  * @brief Simulates `w` on `instances` engines behind a cache-aware router (the instance with the
- *        longest prefix cached or being computed; the least loaded on ties).
+ *        longest prefix cached or being computed; the least loaded on ties). With
+ *        `config.shared_remote` set, the engines share one remote store, empty at the start, and the
+ *        router counts only what an instance holds itself (a shared page is as near to all).
  * @throw strata::invalid_argument for a bad configuration, a bad workload (`validate`) or no instances
  * @throw std::logic_error if an engine stalls with requests waiting and none blocked by memory
  *        (a strategy that defers every request for no reason the engine can resolve)
@@ -467,8 +490,10 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
   STRATA_EXPECTS(config.costs.page_tokens() == w.page_tokens, "simulate: the cost model's pages hold ",
                  config.costs.page_tokens(), " tokens, the workload's ", w.page_tokens);
   std::vector<std::unique_ptr<engine<Strategy>>> engines;
+  engine_config shared = config;  // a shared remote store starts each simulation empty
+  if (config.shared_remote) { shared.shared_remote = std::make_shared<shared_remote_pages>(); }
   for (int i = 0; i < instances; ++i) {
-    engines.push_back(std::make_unique<engine<Strategy>>(config, strategy, i));
+    engines.push_back(std::make_unique<engine<Strategy>>(shared, strategy, i));
   }
   simulation_result result;
   result.strategy = Strategy::name;
@@ -489,10 +514,14 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
   std::int64_t arrived = 0;
   for (;;) {
     engine<Strategy>* soonest = nullptr;
+    double soonest_at = std::numeric_limits<double>::infinity();
     for (auto& e : engines) {
-      if (e->busy() && (soonest == nullptr || e->now() < soonest->now())) { soonest = e.get(); }
+      if (double const at = e->next_event(); at < soonest_at) {
+        soonest = e.get();
+        soonest_at = at;
+      }
     }
-    if (!arrivals.empty() && (soonest == nullptr || arrivals.top().first <= soonest->now())) {
+    if (!arrivals.empty() && (soonest == nullptr || arrivals.top().first <= soonest_at)) {
       auto const [at, i] = arrivals.top();
       arrivals.pop();
       sim_request const& r = w.requests[i];
@@ -501,9 +530,11 @@ simulation_result simulate(workload const& w, engine_config const& config, Strat
         page_ids const pages = r.pages();
         std::int64_t best = -1;
         for (auto& e : engines) {
-          // Cached, or being computed there (transient): either way the prefix is cheapest there.
+          // Cached, or being computed there (transient): either way the prefix is cheapest there. A
+          // page only in a shared remote tier is as near to every instance: it does not count.
           match_result const m = e->cache().probe(pages);
-          std::int64_t const cached = m.tokens + m.transient_tokens;
+          std::int64_t const cached =
+              m.tokens - (config.shared_remote ? m.fastest_tokens[std::size_t(tier::remote)] : 0) + m.transient_tokens;
           if (cached > best || (cached == best && e->outstanding() < target->outstanding())) {
             best = cached;
             target = e.get();

@@ -8,10 +8,12 @@
 
 #include <strata/cache/executor.hpp>
 #include <strata/sched/cost_model.hpp>
+#include <strata/sim/shared_remote.hpp>
 
 #include <limits>
 #include <memory>
 #include <set>
+#include <type_traits>
 
 namespace strata::sim {
 
@@ -21,7 +23,9 @@ namespace strata::sim {
  *        prefetches run one at a time on one link per resource, for `cost_model::copy_s`: a copy
  *        from or into the file (remote) tier on that tier's link, reads and writes alike (one
  *        disk); device -> host backups on the host's, the other direction of PCIe than loads (it
- *        does not slow them). A batch's own loads are in its time and occupy no link here.
+ *        does not slow them). A batch's own loads are in its time and occupy no link here. Copies
+ *        into a remote tier that keeps a log (`remote_write_log`: a store shared by instances) are
+ *        reported to it with their landing time.
  */
 class virtual_executor {
  public:
@@ -43,7 +47,7 @@ class virtual_executor {
 
   /// @brief Loads: land when `land_at` says. Copies: queued on their destination's link.
   template <class Tiers>
-  handle_type submit(Tiers&, std::span<copy_order const> orders, copy_kind kind, stream_type = {})
+  handle_type submit(Tiers& tiers, std::span<copy_order const> orders, copy_kind kind, stream_type = {})
   {
     handle_type h{std::make_shared<double>(std::numeric_limits<double>::infinity())};
     if (kind == copy_kind::load) { return h; }
@@ -55,6 +59,12 @@ class virtual_executor {
       double& link = link_free_[std::size_t(on)];
       link = std::max(now_, link) + costs_.copy_s(o.from, o.to, std::int64_t(o.from_pages.size()));
       end = std::max(end, link);
+      if constexpr (Tiers::has(tier::remote)) {  // a shared remote store: other instances find them once landed
+        auto& remote = tiers.template get<tier::remote>();
+        if constexpr (remote_write_log<std::remove_cvref_t<decltype(remote)>>) {
+          if (o.to == tier::remote) { remote.written(o.keys, link); }
+        }
+      }
       if (o.from == tier::device) { backup_pages_ += std::int64_t(o.from_pages.size()); }
     }
     *h.lands_at = end;
