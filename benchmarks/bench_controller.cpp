@@ -39,7 +39,7 @@ struct fixture {
   {
     kv_geometry const g{1, page_tokens, 1, c.page_bytes() / page_tokens, 1, 1};
     return sim::virtual_tiers{virtual_pool<tier::device>{g, 1 << 21}, virtual_pool<tier::host>{g, 1 << 21},
-                              virtual_pool<tier::file>{g, 0}, virtual_pool<tier::remote>{g, 0}};
+                              virtual_pool<tier::file>{g, 0}, sim::virtual_remote{g, 0}};
   }
   static controller_options options(cost_model const& c)
   {

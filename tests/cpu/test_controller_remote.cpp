@@ -347,3 +347,78 @@ TEST_CASE("remote: pages cheaper to recompute than to read are not adopted", "[c
   CHECK(b.cache.stats().prefetch_not_worth_pages == 10);
   CHECK(b.cache.probe(with_question(doc, 52)).tokens == 10 * geo.page_tokens);  // computed here, so held here now
 }
+
+TEST_CASE("remote: a master killed while a controller reads from the cluster: misses, never wrong KV",
+          "[cpu][redis][controller]")
+{
+  redis_servers servers = redis_servers::cluster();
+  redis_store_options o = store_options();
+  o.nodes = {servers.address(0), servers.address(1)};
+  redis_store store{o};
+  std::vector<tokens_t> docs;
+  for (std::int32_t d = 0; d < 4; ++d) {
+    docs.push_back(document(200 + d, 12));
+  }
+  {
+    engine a{store, 128, 64};
+    for (std::size_t d = 0; d < docs.size(); ++d) {
+      a.serve(1 + d, with_question(docs[d], 1));
+    }
+  }
+  servers.wait_replicated();
+  engine b{store, 128, 64, prefetch_mode::off};  // the loads themselves read the cluster
+  // Submitted together: their lookups and loads are in flight when a master dies.
+  for (std::size_t d = 0; d < docs.size(); ++d) {
+    b.cache.submit({request_id{10 + d}, with_question(docs[d], 2), 0, 2, 0.0});
+  }
+  servers.kill(servers.masters().front());
+  std::int64_t served = 0;
+  for (int attempt = 0; attempt < 2000 && b.cache.live_requests() > 0; ++attempt) {
+    auto h = b.cache.begin_loads(b.cache.schedule({4096, 0, 0, 0}));
+    if (h.started.empty()) {
+      b.settle();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    if (!wait_layer(h, 0)) {  // a load failed: clean misses, the requests wait again
+      CHECK(b.cache.complete(h));
+      b.settle();
+      continue;
+    }
+    for (auto const& st : h.started) {
+      std::size_t const d = st.id.value - 10;
+      tokens_t const t = with_question(docs[d], 2);
+      auto const table = b.cache.page_table(st.id);
+      std::int64_t cached = 0;
+      for (auto c : st.cached_pages) {
+        cached += c;
+      }
+      for (std::int64_t p = 0; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
+        INFO("request " << st.id.value << " page " << p);
+        if (p < cached) {
+          REQUIRE(test::kv_page_ok(b.pool, geo, t, p, table[std::size_t(p)]));  // never wrong KV
+        } else {
+          test::write_kv_page(b.pool, geo, t, p, table[std::size_t(p)]);
+        }
+      }
+    }
+    CHECK(b.cache.complete(h));
+    for (auto const& it : h.ran) {
+      if (!it.last_chunk) { continue; }
+      (void)b.cache.finish_prefill(it.id);
+      b.cache.release(it.id);
+      ++served;
+    }
+    b.settle();
+  }
+  CHECK(served == std::int64_t(docs.size()));
+  b.cache.check_invariants();
+  // After the failover, another instance finds the replicated pages again.
+  servers.wait_until_ok();
+  engine c{store};
+  std::int64_t found = 0;
+  for (int round = 0; round < 20 && found < 12; ++round) {
+    found = total(c.serve(100 + std::uint64_t(round), with_question(docs[0], 3 + round)));
+  }
+  CHECK(found == 12);
+}

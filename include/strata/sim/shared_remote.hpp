@@ -69,7 +69,10 @@ class virtual_remote {
   /// @throw strata::invalid_argument for an invalid geometry or a negative capacity
   virtual_remote(kv_geometry const& geometry, std::int64_t capacity,
                  std::shared_ptr<shared_remote_pages> shared = nullptr, std::function<double()> clock = {})
-      : geometry_{(geometry.validate(), geometry)}, capacity_{capacity}, slots_{1}, shared_{std::move(shared)},
+      : geometry_{(geometry.validate(), geometry)},
+        capacity_{capacity},
+        slots_{1},
+        shared_{std::move(shared)},
         clock_{std::move(clock)}
   { STRATA_EXPECTS(capacity >= 0, "virtual_remote: capacity must not be negative, got ", capacity); }
 
