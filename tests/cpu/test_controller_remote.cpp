@@ -422,3 +422,60 @@ TEST_CASE("remote: a master killed while a controller reads from the cluster: mi
   }
   CHECK(found == 12);
 }
+
+TEST_CASE("remote_tier: a page it was not told of is never read or written", "[cpu][redis][controller]")
+{
+  redis_store store{store_options()};
+  remote_tier_options o;
+  o.remembered_keys = 64;
+  remote_tier<redis_store> remote{store, geo, o};
+  auto slots_of = [](tokens_t const& t) {
+    std::vector<std::int64_t> s;
+    for (auto k : chain_keys(t, geo.page_tokens)) {
+      s.push_back(std::int64_t(k >> 1));  // the index's remote keys
+    }
+    return s;
+  };
+  std::vector<std::byte> page(std::size_t(geo.page_bytes()), std::byte{3}), back(page.size());
+  std::byte const* src[] = {page.data()};
+  std::byte* dst[] = {back.data()};
+  bool ok[1] = {};
+  // A prompt told once stays remembered while others come back over and over (the keys learned fit).
+  std::vector<tokens_t> prompts;
+  for (std::int32_t p = 0; p < 8; ++p) {
+    prompts.push_back(document(300 + p, 4, 0));
+  }
+  remote.learn(prompts[0], geo.page_tokens);
+  for (int round = 0; round < 200; ++round) {
+    for (std::size_t p = 1; p < prompts.size(); ++p) {
+      remote.learn(prompts[p], geo.page_tokens);
+    }
+  }
+  auto const first = slots_of(prompts[0]);
+  auto const keys = chain_keys(prompts[0], geo.page_tokens);
+  for (std::size_t p = 0; p < first.size(); ++p) {
+    std::span<std::int32_t const> const ids(prompts[0].data() + p * std::size_t(geo.page_tokens),
+                                            std::size_t(geo.page_tokens));
+    std::uint64_t const parent = p == 0 ? 0 : keys[p - 1];
+    CHECK(remote.write({&first[p], 1}, src, {&keys[p], 1}, {&parent, 1}, ids));
+    CHECK(remote.read({&first[p], 1}, dst, {&keys[p], 1}, ok));
+    CHECK(back == page);
+  }
+  // A page of a prompt it was never told of, whose parent it does not know either: not written,
+  // and reading it asks the store nothing.
+  tokens_t const stranger = document(999, 2, 0);
+  auto const s2 = slots_of(stranger);
+  auto const k2 = chain_keys(stranger, geo.page_tokens);
+  std::span<std::int32_t const> const ids2(stranger.data() + geo.page_tokens, std::size_t(geo.page_tokens));
+  auto const before = store.stats();
+  CHECK(!remote.write({&s2[1], 1}, src, {&k2[1], 1}, {&k2[0], 1}, ids2));
+  CHECK(!remote.read({&s2[1], 1}, dst, {&k2[1], 1}, ok));
+  CHECK(!ok[0]);
+  CHECK(store.stats().pages_written == before.pages_written);
+  CHECK(store.stats().pages_absent + store.stats().pages_read == before.pages_absent + before.pages_read);
+  // Past remembered_keys, the oldest are forgotten (a miss, never another page's bytes).
+  for (std::int32_t p = 0; p < 40; ++p) {
+    remote.learn(document(500 + p, 4, 0), geo.page_tokens);
+  }
+  CHECK(!remote.read({&first[0], 1}, dst, {&keys[0], 1}, ok));
+}

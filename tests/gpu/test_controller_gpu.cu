@@ -10,6 +10,12 @@
 #include "gpu_support.cuh"
 
 #include <strata/cache/gpu_policies.cuh>
+#if STRATA_TEST_REDIS
+#include "../support/redis_servers.hpp"
+
+#include <strata/cache/remote_tier.hpp>
+#include <strata/tier/redis_store.hpp>
+#endif
 
 #include <filesystem>
 #include <map>
@@ -577,6 +583,47 @@ TEST_CASE("gpu controller: every KV byte right with the NVMe file tier below the
   engine_file_policy = write_policy::write_through;
   fs::remove_all(dir);
 }
+
+#if STRATA_TEST_REDIS
+TEST_CASE("gpu controller: every KV byte right with a shared remote tier (Redis Cluster) below the host",
+          "[gpu][controller][redis]")
+{
+  // Two engines in turn over one cluster: the second (an empty index, the same documents) finds
+  // what the first computed and loads it remote -> pinned staging -> device (no prefetch), or
+  // prefetches it to the host first (best effort), checked byte for byte like every other load.
+  test::redis_servers servers = test::redis_servers::cluster();
+  redis_store_options o;
+  o.nodes = {servers.address(0)};
+  o.space = {"gpu-controller-test", "bf16", "page_first", geo, 0, 1};
+  redis_store store{o};
+  int const rounds = std::getenv("STRATA_GPU_TEST_QUICK") != nullptr ? 12 : 40;
+  for (gpu_backend b : {gpu_backend::gpu_assisted, gpu_backend::dma_batch}) {
+    INFO("backend " << to_string(b));
+    engine_prefetch = b == gpu_backend::gpu_assisted ? prefetch_mode::off : prefetch_mode::best_effort;
+    gpu_executor_config c;
+    c.force = b;
+    c.record_staging_bytes = 5 * geo.page_bytes();  // chunks of 2 pages
+    std::uint64_t const seed = 700 + std::uint64_t(b);
+    {
+      basic_gpu_engine<remote_tier<redis_store>> first{seed, 28, 12, c, remote_tier<redis_store>{store, geo}};
+      run_rounds(first, rounds);
+      CHECK(first.cache.stats().bytes_moved[1][3] > 0);  // written to the cluster
+    }
+    basic_gpu_engine<remote_tier<redis_store>> second{seed, 28, 12, c, remote_tier<redis_store>{store, geo}};
+    run_rounds(second, rounds);
+    auto const s = second.cache.stats();
+    WARN("pages checked: device " << second.checked_pages << "; remote lookups " << s.remote_lookups << ", pages found "
+                                  << s.remote_found_pages << "; bytes remote->device " << s.bytes_moved[3][0]
+                                  << ", remote->host " << s.bytes_moved[3][1]);
+    CHECK(second.checked_pages > 100);
+    CHECK(s.remote_found_pages > 0);
+    CHECK(s.bytes_moved[3][0] + s.bytes_moved[3][1] > 0);  // loads or prefetches from the cluster happened
+    CHECK(s.failed_transfers == 0);
+    CHECK(second.cache.executor().stats().failed_submissions == 0);
+  }
+  engine_prefetch = prefetch_mode::best_effort;
+}
+#endif
 
 namespace {
 

@@ -19,6 +19,7 @@
 #include <strata/tier/slot_allocator.hpp>
 #include <strata/types.hpp>
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -93,7 +94,7 @@ class remote_tier {
   {
     if (!state_) { return; }
     for (auto& [id, pending] : state_->jobs) {
-      (void)store_->wait(io_ticket{id}, std::span<bool>(pending.flags.get(), pending.count));
+      (void)store_->wait(io_ticket{id}, std::span<bool>(pending.flags.get(), pending.batch()));
     }
   }
 
@@ -120,16 +121,16 @@ class remote_tier {
     learn(ids, ids_per_page);
     job j;
     j.keys = chain_content_keys(ids, ids_per_page);
+    j.count = j.keys.size();
     return start(std::move(j), [&](job& x) { return store_->submit_exists(x.keys); });
   }
   /// @brief The leading pages a lookup found, once it completed (then the ticket is consumed).
   std::optional<std::int64_t> poll_lookup(io_ticket t)
   {
-    std::unique_ptr<bool[]> held;
-    std::size_t n = 0;
-    if (!finish(t, false, held, n)) { return std::nullopt; }
+    std::optional<job> j = finish(t, false);
+    if (!j) { return std::nullopt; }
     std::int64_t found = 0;
-    while (std::size_t(found) < n && held[std::size_t(found)]) {
+    while (std::size_t(found) < j->keys.size() && j->flags[std::size_t(found)]) {
       ++found;
     }
     return found;
@@ -148,34 +149,34 @@ class remote_tier {
   bool read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
             std::span<std::uint64_t const> expected_keys, std::span<bool> intact)
   {
-    auto const pages = pages_of(slots, expected_keys);
-    return store_->get(pages, records, intact) == std::int64_t(slots.size());
+    job const j = read_job(slots, expected_keys, records);
+    std::unique_ptr<bool[]> got(new bool[j.pages.size() + 1]());
+    (void)store_->get(j.pages, j.dests, {got.get(), j.pages.size()});
+    return spread(j, got.get(), intact);
   }
   bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources)
   { return write(slots, sources, {}, {}, {}); }
   bool write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
-             std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys,
+             std::span<std::uint64_t const> /*keys: the slots*/, std::span<std::uint64_t const> parent_keys,
              std::span<std::int32_t const> ids)
   {
-    job j = written(slots, keys, parent_keys, ids);
-    std::unique_ptr<bool[]> ok(new bool[slots.size()]());
-    return store_->set(j.pages, sources, {ok.get(), slots.size()}) == std::int64_t(slots.size());
+    job const j = write_job(slots, sources, parent_keys, ids);
+    std::unique_ptr<bool[]> ok(new bool[j.pages.size() + 1]());
+    (void)store_->set(j.pages, j.sources, {ok.get(), j.pages.size()});
+    std::unique_ptr<bool[]> all(new bool[slots.size() + 1]());
+    return spread(j, ok.get(), {all.get(), slots.size()});
   }
   io_ticket submit_read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
                         std::span<std::uint64_t const> expected_keys)
   {
-    job j;
-    j.pages = pages_of(slots, expected_keys);
-    j.dests.assign(records.begin(), records.end());  // the caller's array may go before the ticket
-    return start(std::move(j), [&](job& x) { return store_->submit_get(x.pages, x.dests); });
+    return start(read_job(slots, expected_keys, records), [&](job& x) { return store_->submit_get(x.pages, x.dests); });
   }
   io_ticket submit_write(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
-                         std::span<std::uint64_t const> keys, std::span<std::uint64_t const> parent_keys,
+                         std::span<std::uint64_t const> /*keys*/, std::span<std::uint64_t const> parent_keys,
                          std::span<std::int32_t const> ids)
   {
-    job j = written(slots, keys, parent_keys, ids);
-    j.sources.assign(sources.begin(), sources.end());
-    return start(std::move(j), [&](job& x) { return store_->submit_set(x.pages, x.sources); });
+    return start(write_job(slots, sources, parent_keys, ids),
+                 [&](job& x) { return store_->submit_set(x.pages, x.sources); });
   }
   io_status poll(io_ticket t, std::span<bool> intact) { return finish_records(t, false, intact); }
   bool wait(io_ticket t, std::span<bool> intact) { return finish_records(t, true, intact) == io_status::succeeded; }
@@ -187,8 +188,10 @@ class remote_tier {
     std::vector<std::int32_t> ids;          // a write's pages' ids
     std::vector<std::byte*> dests;          // a read's destinations
     std::vector<std::byte const*> sources;  // a write's sources
-    std::unique_ptr<bool[]> flags;
-    std::size_t count = 0;
+    std::vector<std::size_t> asked;         // a read's or a write's: positions of `pages` in the caller's batch
+    std::unique_ptr<bool[]> flags;          // the store's, one per key or page asked
+    std::size_t count = 0;                  // the caller's batch
+    [[nodiscard]] std::size_t batch() const noexcept { return keys.empty() ? pages.size() : keys.size(); }
   };
   struct state {
     std::mutex mutex;
@@ -200,67 +203,98 @@ class remote_tier {
 
   static std::int64_t remote_slot(std::uint64_t index_key) noexcept { return std::int64_t(index_key >> 1); }
 
-  /// Under the mutex.
+  /// Under the mutex. Past `remembered_keys`, the key learned longest ago is forgotten; the log of
+  /// what was learned when is compacted (never forgetting a live key) once it is twice their number.
   void remember(std::int64_t slot, content_key key)
   {
     auto& s = *state_;
     s.content[slot] = {key, ++s.stamp};
     s.order.emplace_back(slot, s.stamp);
-    while (std::int64_t(s.content.size()) > options_.remembered_keys || s.order.size() > 2 * s.content.size()) {
-      auto const [old, stamp] = s.order.front();
+    auto live = [&](std::pair<std::int64_t, std::uint64_t> const& e) {
+      auto const it = s.content.find(e.first);
+      return it != s.content.end() && it->second.second == e.second;
+    };
+    while (std::int64_t(s.content.size()) > options_.remembered_keys) {
+      auto const front = s.order.front();
       s.order.pop_front();
-      auto it = s.content.find(old);
-      if (it != s.content.end() && it->second.second == stamp) { s.content.erase(it); }
+      if (live(front)) { s.content.erase(front.first); }
+    }
+    if (s.order.size() > 2 * s.content.size() + 64) {
+      std::erase_if(s.order, [&](auto const& e) { return !live(e); });
     }
   }
-  /// Under the mutex. A key never learned reads as {0, 0}: no page has it (a miss).
-  content_key known(std::int64_t slot) const
+  /// Under the mutex. The content key of a page the tier was told of; none for another.
+  std::optional<content_key> known(std::int64_t slot) const
   {
     auto it = state_->content.find(slot);
-    return it == state_->content.end() ? content_key{} : it->second.first;
+    if (it == state_->content.end()) { return std::nullopt; }
+    return it->second.first;
   }
 
-  std::vector<keyed_page> pages_of(std::span<std::int64_t const> slots, std::span<std::uint64_t const> expected)
+  /// The pages of a read whose content keys the tier knows (`asked`: their positions); a page it
+  /// does not know (or whose expected key is another slot's) is never asked for: it is a miss.
+  job read_job(std::span<std::int64_t const> slots, std::span<std::uint64_t const> expected,
+               std::span<std::byte* const> records)
   {
-    std::vector<keyed_page> pages(slots.size());
+    job j;
+    j.count = slots.size();
     std::lock_guard lock{state_->mutex};
     for (std::size_t i = 0; i < slots.size(); ++i) {
       bool const agrees = expected.empty() || remote_slot(expected[i]) == slots[i];
-      pages[i].key = agrees ? known(slots[i]) : content_key{};
-    }
-    return pages;
-  }
-
-  /// The pages of a write: each one's content key (remembered, or chained from its parent's), its ids.
-  job written(std::span<std::int64_t const> slots, std::span<std::uint64_t const> /*keys: the slots*/,
-              std::span<std::uint64_t const> parent_keys, std::span<std::int32_t const> ids)
-  {
-    job j;
-    std::size_t const per = slots.empty() ? 0 : ids.size() / slots.size();
-    j.ids.assign(ids.begin(), ids.end());
-    j.pages.resize(slots.size());
-    std::lock_guard lock{state_->mutex};
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      content_key k = known(slots[i]);
-      auto const page_ids = std::span<std::int32_t const>(j.ids).subspan(i * per, per);
-      if (k == content_key{} && per > 0 && i < parent_keys.size()) {
-        content_key const parent = parent_keys[i] == 0 ? content_key{} : known(remote_slot(parent_keys[i]));
-        if (parent_keys[i] == 0 || !(parent == content_key{})) {
-          k = chain_content_key(page_ids, parent);
-          remember(slots[i], k);
-        }
+      if (auto const k = known(slots[i]); agrees && k) {
+        j.asked.push_back(i);
+        j.pages.push_back({*k, {}});
+        j.dests.push_back(records[i]);
       }
-      j.pages[i] = {k, page_ids};  // {0, 0}: unknown, written under a key nobody reads
     }
     return j;
+  }
+
+  /// The pages of a write: each one's content key (remembered, or chained from its parent's), its
+  /// ids. A page whose key cannot be known (its parent's forgotten) is not written.
+  job write_job(std::span<std::int64_t const> slots, std::span<std::byte const* const> sources,
+                std::span<std::uint64_t const> parent_keys, std::span<std::int32_t const> ids)
+  {
+    job j;
+    j.count = slots.size();
+    std::size_t const per = slots.empty() ? 0 : ids.size() / slots.size();
+    j.ids.assign(ids.begin(), ids.end());
+    std::lock_guard lock{state_->mutex};
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      std::optional<content_key> k = known(slots[i]);
+      auto const page_ids = std::span<std::int32_t const>(j.ids).subspan(i * per, per);
+      if (!k && per > 0 && i < parent_keys.size()) {
+        std::optional<content_key> const parent =
+            parent_keys[i] == 0 ? std::optional<content_key>{content_key{}} : known(remote_slot(parent_keys[i]));
+        if (parent) {
+          k = chain_content_key(page_ids, *parent);
+          remember(slots[i], *k);
+        }
+      }
+      if (!k) { continue; }
+      j.asked.push_back(i);
+      j.pages.push_back({*k, page_ids});
+      j.sources.push_back(sources[i]);
+    }
+    return j;
+  }
+
+  /// The caller's flags from the store's (`asked` positions; every other page failed).
+  static bool spread(job const& j, bool const* store_flags, std::span<bool> out)
+  {
+    std::fill(out.begin(), out.end(), false);
+    for (std::size_t k = 0; k < j.asked.size(); ++k) {
+      out[j.asked[k]] = store_flags[k];
+    }
+    return j.asked.size() == j.count &&
+           std::all_of(store_flags, store_flags + j.asked.size(), [](bool f) { return f; });
   }
 
   template <class Submit>
   io_ticket start(job&& j, Submit&& submit)
   {
-    std::size_t const n = j.keys.empty() ? j.pages.size() : j.keys.size();
-    j.count = n;
-    j.flags.reset(new bool[n]());
+    std::size_t const n = j.keys.empty() ? j.pages.size() : j.keys.size();  // the store's batch
+    j.flags.reset(new bool[n + 1]());
     std::lock_guard lock{state_->mutex};
     // The job's vectors move into the map before the store sees them: their buffers stay put.
     auto const tmp_id = std::numeric_limits<std::uint64_t>::max() - state_->jobs.size();
@@ -278,36 +312,33 @@ class remote_tier {
     return t;
   }
 
-  /// Polls or waits for a ticket; once complete, hands over its flags and forgets it.
-  bool finish(io_ticket t, bool block, std::unique_ptr<bool[]>& flags, std::size_t& n)
+  /// Polls or waits for a ticket; once complete, hands over its job and forgets it.
+  std::optional<job> finish(io_ticket t, bool block)
   {
     bool* raw;
+    std::size_t n;
     {
       std::lock_guard lock{state_->mutex};
       auto it = state_->jobs.find(t.id);
       STRATA_EXPECTS(it != state_->jobs.end(), "remote_tier: ticket ", t.id, " is not pending here");
       raw = it->second.flags.get();
-      n = it->second.count;
+      n = it->second.batch();
     }
     std::span<bool> const out(raw, n);
-    if ((block ? store_->wait(t, out) : store_->poll(t, out)) == io_status::pending) { return false; }
+    if ((block ? store_->wait(t, out) : store_->poll(t, out)) == io_status::pending) { return std::nullopt; }
     std::lock_guard lock{state_->mutex};
     auto it = state_->jobs.find(t.id);
-    flags = std::move(it->second.flags);
+    job j = std::move(it->second);
     state_->jobs.erase(it);
-    return true;
+    return j;
   }
   io_status finish_records(io_ticket t, bool block, std::span<bool> intact)
   {
-    std::unique_ptr<bool[]> flags;
-    std::size_t n = 0;
-    if (!finish(t, block, flags, n)) { return io_status::pending; }
-    bool all = true;
-    for (std::size_t i = 0; i < n && i < intact.size(); ++i) {
-      intact[i] = flags[i];
-      all = all && flags[i];
-    }
-    return all ? io_status::succeeded : io_status::failed;
+    std::optional<job> j = finish(t, block);
+    if (!j) { return io_status::pending; }
+    STRATA_EXPECTS(intact.size() == j->count, "remote_tier: ticket ", t.id, " has ", j->count, " pages, got ",
+                   intact.size(), " flags");
+    return spread(*j, j->flags.get(), intact) ? io_status::succeeded : io_status::failed;
   }
 
   Store* store_;
