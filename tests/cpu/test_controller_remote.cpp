@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -478,4 +479,43 @@ TEST_CASE("remote_tier: a page it was not told of is never read or written", "[c
     remote.learn(document(500 + p, 4, 0), geo.page_tokens);
   }
   CHECK(!remote.read({&first[0], 1}, dst, {&keys[0], 1}, ok));
+}
+
+TEST_CASE("remote: random engine loops, two engines in turn, every page right and no failed copy",
+          "[cpu][redis][controller]")
+{
+  redis_store store{store_options()};
+  std::mt19937 rng(5);
+  std::vector<tokens_t> docs;
+  for (std::int32_t d = 0; d < 4; ++d) {
+    docs.push_back(document(400 + d, 6 + std::int64_t(rng() % 8), 0));
+  }
+  auto run = [&](engine& e, std::uint64_t first_id) {
+    for (std::uint64_t r = 0; r < 30; ++r) {
+      tokens_t t = docs[rng() % docs.size()];
+      for (std::int64_t q = 0, n = 5 + std::int64_t(rng() % 40); q < n; ++q) {
+        t.push_back(30000 + std::int32_t(rng() % 500));
+      }
+      (void)e.serve(first_id + r, t);
+      if (r % 5 == 4) { (void)e.cache.evict(tier::device, std::int64_t(rng() % 6)); }
+    }
+    e.settle();
+    return e.cache.stats();
+  };
+
+  {
+    engine a{store, 28, 12};
+    auto const s = run(a, 1);
+    INFO("first: failed transfers " << s.failed_transfers << ", discarded " << s.discarded_pages);
+    CHECK(s.failed_transfers == 0);
+  }
+  engine b{store, 28, 12};
+  auto const s = run(b, 1000);
+  auto const st = store.stats();
+  INFO("second: failed transfers " << s.failed_transfers << ", discarded " << s.discarded_pages << ", found "
+                                   << s.remote_found_pages << "; store: absent " << st.pages_absent << ", rejected "
+                                   << st.pages_rejected << ", unanswered " << st.pages_unanswered << ", written "
+                                   << st.pages_written << ", read " << st.pages_read);
+  CHECK(s.remote_found_pages > 0);
+  CHECK(s.failed_transfers == 0);
 }

@@ -163,8 +163,7 @@ class remote_tier {
     job const j = write_job(slots, sources, parent_keys, ids);
     std::unique_ptr<bool[]> ok(new bool[j.pages.size() + 1]());
     (void)store_->set(j.pages, j.sources, {ok.get(), j.pages.size()});
-    std::unique_ptr<bool[]> all(new bool[slots.size() + 1]());
-    return spread(j, ok.get(), {all.get(), slots.size()});
+    return spread(j, ok.get(), {});
   }
   io_ticket submit_read(std::span<std::int64_t const> slots, std::span<std::byte* const> records,
                         std::span<std::uint64_t const> expected_keys)
@@ -279,11 +278,12 @@ class remote_tier {
     return j;
   }
 
-  /// The caller's flags from the store's (`asked` positions; every other page failed).
+  /// The caller's flags from the store's (`asked` positions; every other page failed); `out` may be
+  /// empty (a write's caller asks only whether all went). True when every page went.
   static bool spread(job const& j, bool const* store_flags, std::span<bool> out)
   {
     std::fill(out.begin(), out.end(), false);
-    for (std::size_t k = 0; k < j.asked.size(); ++k) {
+    for (std::size_t k = 0; k < j.asked.size() && !out.empty(); ++k) {
       out[j.asked[k]] = store_flags[k];
     }
     return j.asked.size() == j.count &&
@@ -313,7 +313,9 @@ class remote_tier {
   }
 
   /// Polls or waits for a ticket; once complete, hands over its job and forgets it.
-  std::optional<job> finish(io_ticket t, bool block)
+  /// @throw strata::invalid_argument for a ticket not pending here, or `flags` neither empty nor one
+  ///        per page (nothing consumed)
+  std::optional<job> finish(io_ticket t, bool block, std::size_t flags = 0)
   {
     bool* raw;
     std::size_t n;
@@ -321,6 +323,8 @@ class remote_tier {
       std::lock_guard lock{state_->mutex};
       auto it = state_->jobs.find(t.id);
       STRATA_EXPECTS(it != state_->jobs.end(), "remote_tier: ticket ", t.id, " is not pending here");
+      STRATA_EXPECTS(flags == 0 || flags == it->second.count, "remote_tier: ticket ", t.id, " has ", it->second.count,
+                     " pages, got ", flags, " flags");
       raw = it->second.flags.get();
       n = it->second.batch();
     }
@@ -334,10 +338,8 @@ class remote_tier {
   }
   io_status finish_records(io_ticket t, bool block, std::span<bool> intact)
   {
-    std::optional<job> j = finish(t, block);
+    std::optional<job> j = finish(t, block, intact.size());
     if (!j) { return io_status::pending; }
-    STRATA_EXPECTS(intact.size() == j->count, "remote_tier: ticket ", t.id, " has ", j->count, " pages, got ",
-                   intact.size(), " flags");
     return spread(*j, j->flags.get(), intact) ? io_status::succeeded : io_status::failed;
   }
 
