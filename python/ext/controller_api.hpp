@@ -13,6 +13,7 @@
 #pragma once
 
 #include <strata/cache/controller.hpp>
+#include <strata/tier/keyed_store.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -51,6 +52,28 @@ struct executor_stats {
   std::array<std::array<std::int64_t, 3>, 2> bytes{};
   std::int64_t failed_submissions = 0;
 };
+
+/**
+ * @brief A shared keyed store (the remote tier) behind a virtual face: the GPU controllers
+ *        (`gpu.cu`, nvcc) reach `redis_store` through it and never compile hiredis code; the
+ *        binding wraps the store (`module.cpp`).
+ */
+class keyed_store_api {
+ public:
+  virtual ~keyed_store_api() = default;
+  [[nodiscard]] virtual std::int64_t page_bytes() const = 0;
+  virtual std::int64_t exists(std::span<content_key const> keys) = 0;
+  virtual std::int64_t get(std::span<keyed_page const> pages, std::span<std::byte* const> dests,
+                           std::span<bool> intact) = 0;
+  virtual std::int64_t set(std::span<keyed_page const> pages, std::span<std::byte const* const> sources,
+                           std::span<bool> written) = 0;
+  virtual io_ticket submit_exists(std::span<content_key const> keys) = 0;
+  virtual io_ticket submit_get(std::span<keyed_page const> pages, std::span<std::byte* const> dests) = 0;
+  virtual io_ticket submit_set(std::span<keyed_page const> pages, std::span<std::byte const* const> sources) = 0;
+  virtual io_status poll(io_ticket t, std::span<bool> flags) = 0;
+  virtual io_status wait(io_ticket t, std::span<bool> flags) = 0;
+};
+static_assert(async_keyed_page_store<keyed_store_api>);
 
 /**
  * @brief The controller's members, streams as integers. Every member may throw what the

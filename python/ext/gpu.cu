@@ -3,6 +3,7 @@
 #include "gpu.hpp"
 
 #include <strata/cache/gpu_policies.cuh>
+#include <strata/cache/remote_tier.hpp>
 #include <strata/tier/pinned_host_pool.cuh>
 #include <strata/transfer/dma_copy.cuh>
 
@@ -61,11 +62,28 @@ gpu_executor_config executor_config(gpu_options const& o)
 
 std::unique_ptr<controller_api> make_gpu_controller(layer_first_table const& pool, std::int64_t host_pages,
                                                     controller_options const& options, gpu_options const& gpu,
-                                                    file_store* file)
+                                                    file_store* file, keyed_store_api* remote)
 {
   pinned_pool_options pinned;
   pinned.allocation = gpu.registered_host_memory ? pinned_allocation::registered : pinned_allocation::host_alloc;
   kv_geometry const g = pool.geometry();
+  if (remote != nullptr) {  // the store's face: no hiredis code here
+    remote_tier<keyed_store_api> tier{*remote, g};
+    if (file != nullptr) {
+      using controller = cache_controller<
+          gpu_policies<layer_first_table, strata_scheduler, file_store&, remote_tier<keyed_store_api>>>;
+      return std::make_unique<controller_impl<controller, gpu_hooks>>(
+          controller::tiers_type{device_pool<layer_first_table>{pool}, pinned_host_pool{g, host_pages, pinned}, *file,
+                                 std::move(tier)},
+          options, strata_scheduler{}, gpu_executor{executor_config(gpu)});
+    }
+    using controller =
+        cache_controller<gpu_policies<layer_first_table, strata_scheduler, remote_tier<keyed_store_api>>>;
+    return std::make_unique<controller_impl<controller, gpu_hooks>>(
+        controller::tiers_type{device_pool<layer_first_table>{pool}, pinned_host_pool{g, host_pages, pinned},
+                               std::move(tier)},
+        options, strata_scheduler{}, gpu_executor{executor_config(gpu)});
+  }
   if (file != nullptr) {
     using controller = cache_controller<gpu_policies<layer_first_table, strata_scheduler, file_store&>>;
     return std::make_unique<controller_impl<controller, gpu_hooks>>(

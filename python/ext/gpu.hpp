@@ -36,14 +36,16 @@ struct gpu_options {
 
 /**
  * @brief A `cache_controller<gpu_policies<layer_first_table>>`, or with `file` a
- *        `cache_controller<gpu_policies<layer_first_table, strata_scheduler, file_store&>>`.
+ *        `cache_controller<gpu_policies<layer_first_table, strata_scheduler, file_store&>>`, and with
+ *        `remote` a `remote_tier<keyed_store_api>` below them.
  * @param pool the engine's pool: device pointers
  * @param host_pages records of the pinned host tier
  * @param file the file tier (outlives the controller), or null
+ * @param remote the shared remote store's face (outlives the controller), or null
  */
 std::unique_ptr<controller_api> make_gpu_controller(layer_first_table const& pool, std::int64_t host_pages,
                                                     controller_options const& options, gpu_options const& gpu,
-                                                    file_store* file);
+                                                    file_store* file, keyed_store_api* remote);
 
 /// @brief CUDA devices visible (0 without a driver or a GPU; never throws).
 int cuda_device_count() noexcept;

@@ -695,14 +695,17 @@ void bind_file_store(nb::module_& m)
 
 // --- the controller -----------------------------------------------------------------------------
 
-/// A controller with what it must outlive: the layout's arrays, the file tier, the remote store.
+/// A controller with what it must outlive: the layout's arrays, the file tier, the remote store
+/// (and the face the controller reaches it through).
 struct py_controller {
   nb::object layout;
   nb::object file;
-  std::unique_ptr<controller_api> c;
   nb::object remote;
-  py_controller(nb::object l, nb::object f, std::unique_ptr<controller_api> p, nb::object r = nb::none())
-      : layout{std::move(l)}, file{std::move(f)}, c{std::move(p)}, remote{std::move(r)}
+  std::unique_ptr<keyed_store_api> remote_face;
+  std::unique_ptr<controller_api> c;
+  py_controller(nb::object l, nb::object f, std::unique_ptr<controller_api> p, nb::object r = nb::none(),
+                std::unique_ptr<keyed_store_api> face = nullptr)
+      : layout{std::move(l)}, file{std::move(f)}, remote{std::move(r)}, remote_face{std::move(face)}, c{std::move(p)}
   {
   }
   py_controller(py_controller const&) = delete;
@@ -718,37 +721,43 @@ struct host_file_policies {
   using executor = cpu_executor;
 };
 
-#if STRATA_PYTHON_REDIS
 /// A CPU engine's bundle with a shared remote tier below the host (and a file tier between them).
 template <kv_layout Layout>
 struct host_remote_policies {
-  using tiers = tier_stack<device_pool<Layout>, host_pool, remote_tier<redis_store>>;
+  using tiers = tier_stack<device_pool<Layout>, host_pool, remote_tier<keyed_store_api>>;
   using scheduler = strata_scheduler;
   using executor = cpu_executor;
 };
 template <kv_layout Layout>
 struct host_file_remote_policies {
-  using tiers = tier_stack<device_pool<Layout>, host_pool, file_store&, remote_tier<redis_store>>;
+  using tiers = tier_stack<device_pool<Layout>, host_pool, file_store&, remote_tier<keyed_store_api>>;
   using scheduler = strata_scheduler;
   using executor = cpu_executor;
 };
+
+/// The face a controller reaches a Python `redis_store` through (null for None).
+std::unique_ptr<keyed_store_api> remote_face(nb::object const& remote, char const* who)
+{
+  if (remote.is_none()) { return nullptr; }
+#if STRATA_PYTHON_REDIS
+  return std::make_unique<redis_store_face>(nb::cast<redis_store&>(remote));
 #else
-struct redis_store;  // not built: a cpu_controller never gets one
+  raise_value(who, ": this module was built without hiredis: no remote tier");
 #endif
+}
 
 template <class Layout>
 std::unique_ptr<controller_api> make_host(py_layout<Layout> const& layout, std::int64_t host_pages,
-                                          controller_options const& o, file_store* file, redis_store* remote)
+                                          controller_options const& o, file_store* file, keyed_store_api* remote)
 {
   if (!layout.cpu()) {
     raise_value("cpu_controller: the CPU executor copies with memcpy: the layout must be in CPU memory, it is on ",
                 layout.device(), " (use gpu_controller for CUDA tensors)");
   }
   kv_geometry const g = layout.value.geometry();
-#if STRATA_PYTHON_REDIS
   if (remote != nullptr) {
     if constexpr (std::is_same_v<Layout, layer_first_table>) {
-      remote_tier<redis_store> tier{*remote, g};
+      remote_tier<keyed_store_api> tier{*remote, g};
       if (file != nullptr) {
         using C = cache_controller<host_file_remote_policies<Layout>>;
         return std::make_unique<controller_impl<C, host_hooks>>(
@@ -761,9 +770,6 @@ std::unique_ptr<controller_api> make_host(py_layout<Layout> const& layout, std::
           strata_scheduler{}, cpu_executor{});
     }
   }
-#else
-  (void)remote;
-#endif
   if (file != nullptr) {
     using C = cache_controller<host_file_policies<Layout>>;
     return std::make_unique<controller_impl<C, host_hooks>>(
@@ -781,12 +787,8 @@ py_controller* cpu_controller(nb::object layout, std::int64_t host_pages, std::o
 {
   controller_options const o = options.value_or(controller_options{});
   file_store* fs = file.is_none() ? nullptr : &nb::cast<file_store&>(file);
-  redis_store* rs = nullptr;
-#if STRATA_PYTHON_REDIS
-  if (!remote.is_none()) { rs = &nb::cast<redis_store&>(remote); }
-#else
-  if (!remote.is_none()) { raise_value("cpu_controller: this module was built without hiredis: no remote tier"); }
-#endif
+  std::unique_ptr<keyed_store_api> face = remote_face(remote, "cpu_controller");
+  keyed_store_api* rs = face.get();
   std::unique_ptr<controller_api> c;
   if (nb::isinstance<lft>(layout)) {
     auto const& l = nb::cast<lft const&>(layout);
@@ -805,7 +807,7 @@ py_controller* cpu_controller(nb::object layout, std::int64_t host_pages, std::o
         "layer_first, got ",
         nb::type_name(layout.type()).c_str());
   }
-  return new py_controller{std::move(layout), std::move(file), std::move(c), std::move(remote)};
+  return new py_controller{std::move(layout), std::move(file), std::move(c), std::move(remote), std::move(face)};
 }
 
 #if STRATA_PYTHON_CUDA
@@ -1156,7 +1158,7 @@ void bind_controller(nb::module_& m)
       "gpu_controller",
       [](nb::object layout, std::int64_t host_pages, std::optional<controller_options> options, nb::object file,
          std::optional<int> force, bool staged_loads, bool dma_submit_thread, double cpu_weight,
-         std::uintptr_t load_stream, std::uintptr_t copy_stream, bool registered_host_memory) {
+         std::uintptr_t load_stream, std::uintptr_t copy_stream, bool registered_host_memory, nb::object remote) {
         if (!nb::isinstance<lft>(layout)) {
           raise_type("gpu_controller: the engine's pool must be a layer_first_table (sglang_layout, mla_layout), got ",
                      nb::type_name(layout.type()).c_str());
@@ -1166,21 +1168,24 @@ void bind_controller(nb::module_& m)
           raise_value("gpu_controller: the engine's pool must be CUDA tensors, it is on ", l.device());
         }
         file_store* fs = file.is_none() ? nullptr : &nb::cast<file_store&>(file);
+        std::unique_ptr<keyed_store_api> face = remote_face(remote, "gpu_controller");
+        keyed_store_api* rs = face.get();
         gpu_options g{force,       staged_loads, dma_submit_thread,     cpu_weight,
                       load_stream, copy_stream,  registered_host_memory};
         controller_options const o = options.value_or(controller_options{});
         std::unique_ptr<controller_api> c;
         {
           nb::gil_scoped_release unlocked;
-          c = make_gpu_controller(l.value, host_pages, o, g, fs);
+          c = make_gpu_controller(l.value, host_pages, o, g, fs, rs);
         }
-        return new py_controller{std::move(layout), std::move(file), std::move(c)};
+        return new py_controller{std::move(layout), std::move(file), std::move(c), std::move(remote), std::move(face)};
       },
       "layout"_a, "host_pages"_a, "options"_a = nb::none(), "file_store"_a = nb::none(), "force"_a = nb::none(),
       "staged_loads"_a = false, "dma_submit_thread"_a = true, "cpu_weight"_a = 1.0, "load_stream"_a = 0,
-      "copy_stream"_a = 0, "registered_host_memory"_a = false, nb::rv_policy::take_ownership,
+      "copy_stream"_a = 0, "registered_host_memory"_a = false, "remote_store"_a = nb::none(),
+      nb::rv_policy::take_ownership,
       "cache_controller<gpu_policies<layer_first_table>> over CUDA tensors (with a file_store: device, pinned host, "
-      "file). force: 0 gpu_assisted, 1 dma_batch, 2 staged.");
+      "file; with a redis_store, a shared remote tier below them). force: 0 gpu_assisted, 1 dma_batch, 2 staged.");
   m.def("cuda_device_count", &cuda_device_count);
   m.attr("cuda_built") = true;
   bind_gpu_transfer(m);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "arrays.hpp"
+#include "controller_api.hpp"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -61,15 +62,16 @@ inline std::vector<keyed_page> pages_of(std::vector<content_key> const& keys, st
   return pages;
 }
 
-/// A NumPy bool array that owns its flags.
-inline nb::ndarray<nb::numpy, bool, nb::ndim<1>> flags_array(std::vector<char> const& flags)
+/// A NumPy bool array of the flags (made as uint8, viewed as bool).
+inline nb::object flags_array(std::vector<char> const& flags)
 {
-  bool* data = new bool[flags.size() > 0 ? flags.size() : 1]();
+  auto* data = new std::uint8_t[flags.size() > 0 ? flags.size() : 1]();
   for (std::size_t i = 0; i < flags.size(); ++i) {
-    data[i] = flags[i] != 0;
+    data[i] = flags[i] != 0 ? 1 : 0;
   }
-  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<bool*>(p); });
-  return nb::ndarray<nb::numpy, bool, nb::ndim<1>>(data, {flags.size()}, owner);
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<std::uint8_t*>(p); });
+  nb::object bytes = nb::cast(nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(data, {flags.size()}, owner));
+  return bytes.attr("view")("bool");
 }
 
 template <class Rows>
@@ -80,6 +82,28 @@ void check_rows(Rows const& rows, std::size_t n, std::int64_t page_bytes, char c
                 rows.shape(1), "]");
   }
 }
+
+/// `keyed_store_api` over a `redis_store` (the GPU controllers' face of it).
+class redis_store_face final : public keyed_store_api {
+ public:
+  explicit redis_store_face(redis_store& s) : s_(&s) {}
+  [[nodiscard]] std::int64_t page_bytes() const override { return s_->page_bytes(); }
+  std::int64_t exists(std::span<content_key const> keys) override { return s_->exists(keys); }
+  std::int64_t get(std::span<keyed_page const> p, std::span<std::byte* const> d, std::span<bool> f) override
+  { return s_->get(p, d, f); }
+  std::int64_t set(std::span<keyed_page const> p, std::span<std::byte const* const> src, std::span<bool> f) override
+  { return s_->set(p, src, f); }
+  io_ticket submit_exists(std::span<content_key const> keys) override { return s_->submit_exists(keys); }
+  io_ticket submit_get(std::span<keyed_page const> p, std::span<std::byte* const> d) override
+  { return s_->submit_get(p, d); }
+  io_ticket submit_set(std::span<keyed_page const> p, std::span<std::byte const* const> src) override
+  { return s_->submit_set(p, src); }
+  io_status poll(io_ticket t, std::span<bool> f) override { return s_->poll(t, f); }
+  io_status wait(io_ticket t, std::span<bool> f) override { return s_->wait(t, f); }
+
+ private:
+  redis_store* s_;
+};
 
 inline void bind_remote(nb::module_& m)
 {

@@ -2,6 +2,8 @@
 """The remote tier from Python against a real Redis Cluster (started by the redis_cluster fixture):
 redis_store's exists / get / set by content key, namespaces, and cpu_controllers sharing prefixes
 through it, every cached page checked against what the "model" computed."""
+import time
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,68 @@ def test_controllers_share_prefixes_through_the_cluster(redis_cluster):
     st = b.cache.stats()
     assert st.remote_lookups == 1 and st.remote_found_pages == 6
     b.cache.check_invariants()
+
+
+@pytest.mark.skipif(not strata.gpu_available(), reason="needs a CUDA GPU and strata built with CUDA")
+def test_gpu_controllers_share_prefixes_through_the_cluster(redis_cluster):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    geo = strata.kv_geometry(layers=32, page_tokens=16, kv_heads=8, head_dim=128, elem_bytes=2, planes=2)
+    s = store(redis_cluster, geo, dtype="bfloat16")
+    pages = 24
+    stream = torch.cuda.current_stream().cuda_stream
+    doc = list(range(7000, 7000 + 8 * 16))  # 8 pages
+
+    def engine():
+        k = [torch.zeros(pages * 16, 8, 128, dtype=torch.bfloat16, device="cuda") for _ in range(32)]
+        v = [torch.zeros(pages * 16, 8, 128, dtype=torch.bfloat16, device="cuda") for _ in range(32)]
+        c = strata.gpu_controller(strata.sglang_layout(k, v, geo), 16, options=fast_records(geo), remote_store=s)
+        assert c.tiers == [strata.tier.device, strata.tier.host, strata.tier.remote]
+        return k, v, c
+
+    def start(c, rid, tokens):
+        c.submit(rid, tokens, max_new_tokens=2, stream=stream)
+        for _ in range(2000):  # held back while its lookup is out
+            loads = c.begin_loads(c.schedule(), stream)
+            if loads.started:
+                return loads
+            c.poll(stream)
+            time.sleep(0.002)
+        raise AssertionError(f"request {rid} never started")
+
+    k, v, a = engine()
+    loads = start(a, 1, doc + [1, 2])
+    table = a.page_table(1)
+    data = torch.randn(32, 2, 8 * 16, 8, 128, device="cuda").to(torch.bfloat16)
+    idx = torch.tensor(table[:8], device="cuda")
+    for layer in range(32):
+        assert a.wait_layer(loads, layer, stream)
+        k[layer].view(pages, 16, 8, 128).index_copy_(0, idx, data[layer, 0].view(8, 16, 8, 128))
+        v[layer].view(pages, 16, 8, 128).index_copy_(0, idx, data[layer, 1].view(8, 16, 8, 128))
+    a.complete(loads)
+    assert a.wait_after(a.finish_prefill(1, stream), stream)
+    a.release(1, None, stream)
+    for _ in range(2000):  # device -> host, then host -> the cluster, on the store's threads
+        a.synchronize()
+        a.poll(stream)
+        if s.stats().pages_written >= 8:
+            break
+        time.sleep(0.002)
+    assert s.stats().pages_written >= 8
+
+    k2, v2, b = engine()  # another instance: an empty index, a zeroed pool
+    loads = start(b, 2, doc + [3])
+    assert sum(loads.started[0].cached_pages) == 8 and loads.started[0].cached_pages[0] == 0
+    table = b.page_table(2)
+    idx = torch.tensor(table[:8], device="cuda")
+    for layer in range(32):
+        assert b.wait_layer(loads, layer, stream)
+        assert torch.equal(k2[layer].view(pages, 16, 8, 128).index_select(0, idx).view(-1, 8, 128), data[layer, 0])
+        assert torch.equal(v2[layer].view(pages, 16, 8, 128).index_select(0, idx).view(-1, 8, 128), data[layer, 1])
+    b.complete(loads)
+    b.release(2, None, stream)
+    b.synchronize()
+    b.poll(stream)
+    b.check_invariants()
+    assert b.stats().remote_found_pages == 8

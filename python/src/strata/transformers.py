@@ -137,6 +137,8 @@ class StrataKVPool:
         device: where the pool lives (``"cpu"`` or a CUDA device).
         options: ``strata.controller_options``.
         file_store: a ``strata.file_store`` below the host tier (kept alive by the pool).
+        remote_store: a ``strata.redis_store`` below them, shared with other engines (kept alive by
+            the pool; only when ``strata.redis_built``).
         **gpu: keyword arguments of ``strata.gpu_controller`` (``force``, ``staged_loads``, ...).
             ``force`` defaults to ``GPU_ASSISTED`` here (0: SM copy kernels for every transfer);
             ``force=None`` leaves the backend to the controller's cost-based choice.
@@ -150,7 +152,7 @@ class StrataKVPool:
     """
 
     def __init__(self, config, device_pages: int, host_pages: int, page_tokens: int = 16, dtype=None,
-                 device="cpu", options=None, file_store=None, **gpu):
+                 device="cpu", options=None, file_store=None, remote_store=None, **gpu):
         shape = cache_shape(config)
         self.shape = shape
         layers, kv_heads, head_dim = shape.layers, shape.kv_heads, shape.head_dim
@@ -172,11 +174,13 @@ class StrataKVPool:
             layout = _s.sglang_layout(self.k, self.v, self.geometry)
         if self.device.type == "cuda":
             gpu.setdefault("force", GPU_ASSISTED)
-            self.controller = _s.gpu_controller(layout, host_pages, options=options, file_store=file_store, **gpu)
+            self.controller = _s.gpu_controller(layout, host_pages, options=options, file_store=file_store,
+                                                remote_store=remote_store, **gpu)
         else:
             if gpu:
                 raise TypeError(f"GPU options {sorted(gpu)} need a CUDA pool")
-            self.controller = _s.cpu_controller(layout, host_pages, options=options, file_store=file_store)
+            self.controller = _s.cpu_controller(layout, host_pages, options=options, file_store=file_store,
+                                                remote_store=remote_store)
         self._next_id = 1
         self.waits: list[int] = []  # layers waited for, in order (what the per-layer overlap relies on)
 
