@@ -2,6 +2,8 @@
 """A tiny random-weight Llama on strata (CPU): a prefix computed once, moved to the host tier, dropped
 from the pool, loaded back through the controller, and decoded: logits bitwise identical to a run
 whose cache never left the model. Nothing is downloaded."""
+import time
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -208,3 +210,50 @@ def test_a_cache_of_another_shape_is_refused(model, mla_model):
             mla_model(torch.arange(20)[None], past_key_values=cache, use_cache=True)
     pool.abort(cache)
     assert pool.controller.live_requests() == 0
+
+
+@pytest.mark.skipif(not strata.redis_built, reason="the module was built without hiredis")
+def test_a_prefix_another_pool_computed_comes_from_the_remote_tier_bit_exact(redis_cluster):
+    # Two pools (two engine instances) sharing one Redis Cluster: the second finds the context the
+    # first computed and decodes logits bitwise equal to a run whose cache never left the model.
+    # Llama-3.1-8B-shaped KV heads (8 of 128, 32 layers) so that reading a page beats recomputing it
+    # in the cost model; tiny otherwise (hidden 64), random weights.
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=32,
+                                   num_attention_heads=8, num_key_value_heads=8, head_dim=128,
+                                   max_position_embeddings=512)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    geo = strata.kv_geometry(32, 16, 8, 128, 4, 2)
+    store = strata.redis_store(redis_cluster.addresses()[:1], geo, model="tiny-llama-remote", dtype="float32")
+    o = strata.controller_options()
+    o.set_remote_tier(geo, 1e15, 1e15, 0.0)  # loopback: a read at once
+
+    g = torch.Generator().manual_seed(2)
+    context = torch.randint(0, 256, (64,), generator=g)  # 4 pages
+    first = StrataKVPool(cfg, device_pages=16, host_pages=16, page_tokens=16, dtype=torch.float32, options=o,
+                         remote_store=store)
+    assert first.geometry == geo
+    cache = first.cache_for(context, max_new_tokens=1)
+    with torch.no_grad():
+        model(context[None], past_key_values=cache, use_cache=True)
+    first.commit(cache)
+    for _ in range(2000):  # device -> host, then host -> the cluster on the store's threads
+        first.controller.poll()
+        if store.stats().pages_written >= 4:
+            break
+        time.sleep(0.002)
+    assert store.stats().pages_written >= 4
+
+    second = StrataKVPool(cfg, device_pages=16, host_pages=16, page_tokens=16, dtype=torch.float32, options=o,
+                          remote_store=store)
+    suffix = torch.randint(0, 256, (9,), generator=g)
+    ids = torch.cat([context, suffix])
+    cache = second.cache_for(ids, max_new_tokens=NEW)
+    assert cache.prefix_tokens == 64
+    assert cache.cached_pages[0] == 0 and cache.cached_pages[1] + cache.cached_pages[3] == 4
+    seq, logits = generate(model, ids, cache)
+    ref_seq, ref_logits = reference(model, context, suffix)
+    assert torch.equal(seq, ref_seq) and torch.equal(logits, ref_logits)
+    assert second.controller.stats().remote_found_pages == 4
+    second.commit(cache, seq, keep_output=True)
+    second.controller.check_invariants()

@@ -23,10 +23,17 @@ One sequence at a time (batch 1): the pool is the engine, ``generate`` the model
 
 from __future__ import annotations
 
+import itertools
+import time
+
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from . import _strata as _s
+
+# How long ``cache_for`` waits for a request held back by its remote lookup or prefetch (the store's
+# own timeouts end those sooner: redis_store's retry budget is 1 s).
+_HOLD_S = 5.0
 
 __all__ = ["StrataKVPool", "StrataCache", "CacheShape", "cache_shape", "GPU_ASSISTED"]
 
@@ -200,7 +207,13 @@ class StrataKVPool:
         c = self.controller
         stream = self._stream()
         c.submit(rid, tokens, max_new_tokens=max_new_tokens, stream=stream)
-        for _ in range(8):
+        deadline = None
+        for attempt in itertools.count():
+            if attempt >= 8:  # held back: a remote lookup or a prefetch on a store's threads
+                deadline = deadline or time.monotonic() + _HOLD_S
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.001)
             plan = c.schedule(tokens=max(len(tokens), 1))
             loads = c.begin_loads(plan, stream)
             mine = [it for it in loads.ran if it.id == rid]
