@@ -177,10 +177,10 @@ inline auto hiradix_tree::adopt(tier t, std::span<std::int32_t const> tokens, st
   }
   ++clock_;
   adopt_result r;
-  // Takes `count` pages for node `n`; false when the remote tier has no room left for them.
+  // The remote tier has no slots, only a capacity: the walk stops where it ends.
+  auto room = [&](std::int64_t count) { return t != tier::remote || remote_used_ + count <= config_.capacity[3]; };
   auto take = [&](std::uint32_t n, std::int64_t from, std::int64_t count) {
     if (t == tier::remote) {
-      if (remote_used_ + count > config_.capacity[3]) { return false; }
       remote_used_ += count;
     } else {
       auto const mine = slots.subspan(std::size_t(from), std::size_t(count));
@@ -190,14 +190,13 @@ inline auto hiradix_tree::adopt(tier t, std::span<std::int32_t const> tokens, st
     make_resident(n, t);
     touch(n);
     r.pages += count;
-    return true;
   };
   std::uint32_t cur = 0;
   std::int64_t p = 0;
   while (p < pages) {
     std::uint32_t const child = find_child(cur, tokens, p);
     if (child == npos) {
-      if (t == tier::remote && remote_used_ + (pages - p) > config_.capacity[3]) { break; }
+      if (!room(pages - p)) { break; }
       std::uint32_t const n = add_node(cur, tokens, p, pages, transient_state::none, {});
       take(n, p, pages - p);
       cur = n;
@@ -205,12 +204,10 @@ inline auto hiradix_tree::adopt(tier t, std::span<std::int32_t const> tokens, st
     }
     if (nodes_[child].state != transient_state::none) { break; }
     std::int64_t const k = common_pages(nodes_[child], tokens, p, pages);
-    if (!nodes_[child].resident[std::size_t(t)] && nodes_[child].pins[std::size_t(t)] == 0 && t == tier::remote &&
-        remote_used_ + k > config_.capacity[3]) {
-      break;
-    }
+    bool const takes = !nodes_[child].resident[std::size_t(t)] && nodes_[child].pins[std::size_t(t)] == 0;
+    if (takes && !room(k)) { break; }
     std::uint32_t const n = k < nodes_[child].pages() ? split(child, k) : child;
-    if (!nodes_[n].resident[std::size_t(t)] && nodes_[n].pins[std::size_t(t)] == 0) {
+    if (takes) {
       take(n, p, k);
     } else {
       touch(n);
