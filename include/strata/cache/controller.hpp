@@ -267,6 +267,8 @@ class cache_controller {
   // -- prefetch --
   void prefetch(state& s, stream_type stream);
   [[nodiscard]] bool worth_reading(match_result const& m, std::int64_t prompt_tokens) const;
+  [[nodiscard]] bool reading_pays(std::array<std::int64_t, tier_count> const& pages, std::int64_t upper,
+                                  std::int64_t end, std::int64_t prompt_tokens) const;
   bool held_for_prefetch(std::vector<std::size_t>& shown);
 
   // -- remote lookups (a remote tier over a shared store: `prompt_lookup_store`) --

@@ -209,8 +209,17 @@ bool cache_controller<Policies>::worth_reading(match_result const& m, std::int64
   for (std::size_t t = 2; t < tier_count; ++t) {
     pages[t] = m.fastest_tokens[t] / page_tokens();
   }
-  std::int64_t const upper = std::min(m.upper_prefix_tokens, prompt_tokens - 1);
-  std::int64_t const below = std::min(m.tokens, prompt_tokens - 1) - upper;
+  return reading_pays(pages, m.upper_prefix_tokens, m.tokens, prompt_tokens);
+}
+
+/// Whether loading `pages` (per tier) is predicted faster than computing the prompt's tokens
+/// [upper, end) they hold over the `upper` tokens before them (the prompt's last token is always computed).
+template <cache_policies Policies>
+bool cache_controller<Policies>::reading_pays(std::array<std::int64_t, tier_count> const& pages, std::int64_t upper,
+                                              std::int64_t end, std::int64_t prompt_tokens) const
+{
+  upper = std::min(upper, prompt_tokens - 1);
+  std::int64_t const below = std::min(end, prompt_tokens - 1) - upper;
   return below > 0 && options_.costs.load_s(pages) < options_.costs.prefill_s(below, upper);
 }
 
@@ -298,9 +307,7 @@ void cache_controller<Policies>::settle_lookups(stream_type const* stream)
         if (extra <= 0) { continue; }
         std::array<std::int64_t, tier_count> reads{};
         reads[std::size_t(tier::remote)] = extra;
-        std::int64_t const upper = std::min(m.tokens, s.prompt_tokens - 1);
-        std::int64_t const below = std::min(*found * pt, s.prompt_tokens - 1) - upper;
-        if (below <= 0 || options_.costs.load_s(reads) >= options_.costs.prefill_s(below, upper)) {
+        if (!reading_pays(reads, m.tokens, *found * pt, s.prompt_tokens)) {
           stats_.prefetch_not_worth_pages += extra;
           continue;
         }
