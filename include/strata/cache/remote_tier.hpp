@@ -295,20 +295,15 @@ class remote_tier {
   {
     std::size_t const n = j.keys.empty() ? j.pages.size() : j.keys.size();  // the store's batch
     j.flags.reset(new bool[n + 1]());
-    std::lock_guard lock{state_->mutex};
-    // The job's vectors move into the map before the store sees them: their buffers stay put.
-    auto const tmp_id = std::numeric_limits<std::uint64_t>::max() - state_->jobs.size();
-    auto it = state_->jobs.emplace(tmp_id, std::move(j)).first;
-    io_ticket t;
+    io_ticket const t = submit(j);  // throws: nothing kept
+    // Moving a vector keeps its buffer: the spans the store holds stay valid in the map.
     try {
-      t = submit(it->second);
-    } catch (...) {
-      state_->jobs.erase(it);
+      std::lock_guard lock{state_->mutex};
+      state_->jobs.emplace(t.id, std::move(j));
+    } catch (...) {  // no memory for the entry: the batch must end before its buffers go
+      (void)store_->wait(t, std::span<bool>(j.flags.get(), n));
       throw;
     }
-    auto node = state_->jobs.extract(it);
-    node.key() = t.id;
-    state_->jobs.insert(std::move(node));
     return t;
   }
 

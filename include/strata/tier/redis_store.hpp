@@ -224,7 +224,8 @@ class redis_store {
 
  private:
   struct job {
-    std::vector<bool> flags;
+    std::unique_ptr<bool[]> flags;  // written by the worker; read once `done` (both under jobs_mutex_ then)
+    std::size_t count = 0;
     bool done = false;
   };
 
@@ -325,23 +326,26 @@ class redis_store {
   io_ticket submit(bool urgent, std::size_t pages, F work)
   {
     auto j = std::make_shared<job>();
-    j->flags.assign(pages, false);
+    j->flags.reset(new bool[pages + 1]());
+    j->count = pages;
     io_ticket t;
     {
       std::lock_guard lock{jobs_mutex_};
       t.id = ++next_ticket_;
       jobs_.emplace(t.id, j);
     }
-    pool_->post(urgent, [this, j, work = std::move(work)](int) {
-      std::unique_ptr<bool[]> flags(new bool[j->flags.size()]());
-      work(std::span<bool>(flags.get(), j->flags.size()));
+    try {
+      pool_->post(urgent, [this, j, work = std::move(work)](int) {
+        work(std::span<bool>(j->flags.get(), j->count));
+        std::lock_guard lock{jobs_mutex_};
+        j->done = true;
+        jobs_done_.notify_all();
+      });
+    } catch (...) {
       std::lock_guard lock{jobs_mutex_};
-      for (std::size_t i = 0; i < j->flags.size(); ++i) {
-        j->flags[i] = flags[i];
-      }
-      j->done = true;
-      jobs_done_.notify_all();
-    });
+      jobs_.erase(t.id);
+      throw;
+    }
     return t;
   }
 
@@ -351,8 +355,8 @@ class redis_store {
     auto it = jobs_.find(t.id);
     STRATA_EXPECTS(it != jobs_.end(), "redis_store: ticket ", t.id, " is not pending here");
     std::shared_ptr<job> j = it->second;
-    STRATA_EXPECTS(flags.size() == j->flags.size(), "redis_store: ticket ", t.id, " has ", j->flags.size(),
-                   " pages, got ", flags.size(), " flags");
+    STRATA_EXPECTS(flags.size() == j->count, "redis_store: ticket ", t.id, " has ", j->count, " pages, got ",
+                   flags.size(), " flags");
     if (block) {
       jobs_done_.wait(lock, [&] { return j->done; });
     } else if (!j->done) {
