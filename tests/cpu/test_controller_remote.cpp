@@ -15,7 +15,6 @@
 #include <strata/layout/layer_first.hpp>
 #include <strata/tier/redis_store.hpp>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -202,26 +201,13 @@ TEST_CASE("remote: a prefix one controller computed is a remote hit for another,
 TEST_CASE("remote: a prefix computed in one process is a remote hit in another", "[cpu][redis][controller]")
 {
   tokens_t const doc = document(2, 9);
-  redis_servers& servers = cluster();
-  (void)servers;
-  pid_t const child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    int code = 1;
-    try {
-      redis_store store{store_options()};
-      engine a{store};
-      a.serve(1, with_question(doc, 11));
-      code = store.stats().pages_written == 9 ? 0 : 2;
-    } catch (...) {
-      code = 3;
-    }
-    ::_exit(code);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  (void)cluster();  // started here, not in the child
+  REQUIRE(test::in_child_process([&] {
+            redis_store store{store_options()};
+            engine a{store};
+            a.serve(1, with_question(doc, 11));
+            return store.stats().pages_written == 9;
+          }) == 0);
   redis_store store{store_options()};
   engine b{store};
   CHECK(total(b.serve(2, with_question(doc, 12))) == 9);

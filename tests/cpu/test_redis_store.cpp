@@ -12,7 +12,6 @@
 
 #include <strata/tier/redis_store.hpp>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -539,25 +538,13 @@ TEST_CASE("a page written by one process is found by another", "[cpu][redis]")
 {
   redis_servers& servers = shared_cluster();
   document const d(small_geometry(), 50, 12);
-  pid_t const child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    int code = 1;
-    try {
-      redis_store w(options({servers.address(4)}));
-      auto pages = d.pages();
-      auto src = d.sources();
-      std::unique_ptr<bool[]> ok(new bool[pages.size()]());
-      code = w.set(pages, src, {ok.get(), pages.size()}) == std::int64_t(pages.size()) ? 0 : 2;
-    } catch (...) {
-      code = 3;
-    }
-    ::_exit(code);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(strata::test::in_child_process([&] {
+            redis_store w(options({servers.address(4)}));
+            auto pages = d.pages();
+            auto src = d.sources();
+            std::unique_ptr<bool[]> ok(new bool[pages.size()]());
+            return w.set(pages, src, {ok.get(), pages.size()}) == std::int64_t(pages.size());
+          }) == 0);
   redis_store r(options({servers.address(1)}));
   CHECK(r.exists(d.keys) == 50);
   CHECK(get_checked(r, d) == 50);

@@ -30,6 +30,26 @@
 
 namespace strata::test {
 
+/// Runs `f() -> bool` in a child process (another engine instance); its exit status: 0 when it
+/// returned true, 2 when false, 3 when it threw.
+template <class F>
+int in_child_process(F&& f)
+{
+  pid_t const child = ::fork();
+  if (child < 0) { return -1; }
+  if (child == 0) {
+    int code = 3;
+    try {
+      code = f() ? 0 : 2;
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 class redis_servers {
  public:
   struct reply_deleter {
