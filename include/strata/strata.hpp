@@ -40,6 +40,7 @@
 #include <strata/tier/file_store.hpp>
 #include <strata/tier/host_pool.hpp>
 #include <strata/tier/io_backend.hpp>
+#include <strata/tier/keyed_file_store.hpp>
 #include <strata/tier/keyed_store.hpp>
 #include <strata/tier/slot_allocator.hpp>
 #include <strata/tier/tier_stack.hpp>
