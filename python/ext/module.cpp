@@ -5,6 +5,7 @@
 #if STRATA_PYTHON_CUDA
 #include "gpu.hpp"
 #endif
+#include "keyed.hpp"
 #if STRATA_PYTHON_REDIS
 #include "remote.hpp"
 #endif
@@ -1210,6 +1211,7 @@ NB_MODULE(_strata, m)
   bind_transfer(m);
   bind_index(m);
   bind_file_store(m);
+  bind_keyed(m);
 #if STRATA_PYTHON_REDIS
   bind_remote(m);
   m.attr("redis_built") = true;
