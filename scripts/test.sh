@@ -15,6 +15,8 @@
 #      suite and example; PyTorch and transformers are not installed for it here (set
 #      STRATA_PYTHON_TORCH=1 to install them and run the transformers tests too; STRATA_SKIP_PYTHON=1
 #      skips the step).
+#   5. the engines' plug-ins (scripts/test_engines.sh): SGLang's HiCache backend, tested with SGLang's own
+#      classes (SGLang installed with --no-deps, PyTorch when missing; STRATA_SKIP_ENGINES=1 skips it).
 #
 # Extra arguments go to both ctest runs (e.g. -R host_copy).
 set -euo pipefail
@@ -47,4 +49,9 @@ build-tsan/tests/test_controller_remote
 # 4. The Python binding.
 if [ "${STRATA_SKIP_PYTHON:-0}" != 1 ]; then
   STRATA_PYTHON_REDIS=${STRATA_PYTHON_REDIS:-ON} STRATA_PYTHON_TORCH=${STRATA_PYTHON_TORCH:-0} scripts/test_python.sh
+fi
+
+# 5. The engines' plug-ins, with the engines' own classes.
+if [ "${STRATA_SKIP_PYTHON:-0}" != 1 ] && [ "${STRATA_SKIP_ENGINES:-0}" != 1 ]; then
+  scripts/test_engines.sh
 fi

@@ -1,0 +1,399 @@
+# SPDX-License-Identifier: Apache-2.0
+"""strata as SGLang's HiCache storage backend (its L3), through SGLang's ``dynamic`` backend::
+
+    python -m sglang.launch_server ... --enable-hierarchical-cache \\
+        --hicache-storage-backend dynamic \\
+        --hicache-storage-backend-extra-config '{"backend_name": "strata",
+            "module_path": "strata.sglang", "class_name": "StrataHiCacheStorage",
+            "interface_v1": 1, "file_paths": ["/nvme0/kv", "/nvme1/kv"], "file_capacity_gb": 512}'
+
+Pages go to strata's keyed stores: ``keyed_file_store`` over one directory per drive
+(``file_paths``) and/or ``redis_store`` over a Redis Cluster (``redis_nodes``). Both given: a page
+is read from the drives first and from the cluster where the drives miss it, and written to both.
+Options, namespacing and failure behaviour: docs/engines.md.
+
+Importing this module imports SGLang (``sglang.srt.mem_cache.hicache_storage``); nothing else in
+``strata`` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+from typing import Any, List, Optional
+
+import numpy as np
+import torch
+from sglang.srt.mem_cache.hicache_storage import (
+    HiCacheStorage,
+    HiCacheStorageConfig,
+    HiCacheStorageExtraInfo,
+)
+
+from . import _strata
+
+logger = logging.getLogger(__name__)
+
+#: Defaults of the extra-config options (docs/engines.md).
+DEFAULTS = {
+    "file_paths": None,  # one directory per drive (a list, or a comma-separated string)
+    "file_capacity_gb": 16.0,  # disk the file tier takes over all drives (preallocated)
+    "file_io_threads": 8,  # I/O threads per drive
+    "file_direct_io": True,  # O_DIRECT where the file system allows it
+    "redis_nodes": None,  # "host:port" of cluster nodes (a list, or a comma-separated string)
+    "redis_key_prefix": "strata",
+    "redis_timeout_ms": 2000,  # one pipelined round's replies
+    "staging_mb": 64,  # host memory per thread that gathers (scatters) a page's regions, at once
+}
+
+
+def page_keys(keys: List[str]) -> np.ndarray:
+    """strata's 128-bit content keys of SGLang's page keys (its chained SHA-256 hashes, or any
+    string): the first 16 bytes of BLAKE2b over the key's UTF-8 bytes, as an ``[n, 2]`` uint64
+    array (hi, lo)."""
+    out = np.empty((len(keys), 2), dtype=np.uint64)
+    for i, k in enumerate(keys):
+        d = hashlib.blake2b(k.encode(), digest_size=16).digest()
+        out[i, 0] = int.from_bytes(d[:8], "big")
+        out[i, 1] = int.from_bytes(d[8:], "big")
+    return out
+
+
+def _listed(value) -> List[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+class _SharedExclusive:
+    """Many batches at once, or one ``clear`` alone."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+
+    def __enter__(self):
+        with self._cv:
+            self._cv.wait_for(lambda: not self._exclusive)
+            self._shared += 1
+
+    def __exit__(self, *exc):
+        with self._cv:
+            self._shared -= 1
+            self._cv.notify_all()
+
+    def exclusive(self):
+        lock = self
+
+        class _Exclusive:
+            def __enter__(self):
+                with lock._cv:
+                    lock._cv.wait_for(lambda: not lock._exclusive)
+                    lock._exclusive = True
+                    lock._cv.wait_for(lambda: lock._shared == 0)
+
+            def __exit__(self, *exc):
+                with lock._cv:
+                    lock._exclusive = False
+                    lock._cv.notify_all()
+
+        return _Exclusive()
+
+
+class StrataHiCacheStorage(HiCacheStorage):
+    """SGLang's ``HiCacheStorage`` over strata's keyed stores (the zero-copy v1 interface, and the
+    legacy one). Every batch reports each page: a page the stores cannot serve is ``False`` (never
+    ``None``, never an exception into SGLang's prefetch or backup thread)."""
+
+    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
+        extra = dict(storage_config.extra_config or {})
+        unknown = sorted(
+            k
+            for k in extra
+            if k not in DEFAULTS and k not in ("backend_name", "module_path", "class_name", "interface_v1")
+        )
+        if unknown:
+            raise ValueError(f"strata HiCache backend: unknown extra-config options {unknown}; known: {sorted(DEFAULTS)}")
+        self.options = {**DEFAULTS, **extra}
+        self.file_paths = _listed(self.options["file_paths"])
+        self.redis_nodes = _listed(self.options["redis_nodes"])
+        if not self.file_paths and not self.redis_nodes:
+            raise ValueError(
+                "strata HiCache backend: give file_paths (one directory per drive) and/or redis_nodes "
+                "(host:port of Redis Cluster nodes) in --hicache-storage-backend-extra-config"
+            )
+        if float(self.options["file_capacity_gb"]) <= 0:
+            raise ValueError(f"strata HiCache backend: file_capacity_gb must be positive, got {self.options['file_capacity_gb']}")
+        self.config = storage_config
+        self.file: Optional[Any] = None
+        self.redis: Optional[Any] = None
+        self.mem_pool_host = None
+        self.page_bytes = 0
+        self.staging_bytes = int(float(self.options["staging_mb"]) * (1 << 20))
+        self._lock = _SharedExclusive()
+        self._metrics_lock = threading.Lock()
+        self._metrics = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [], "backup_bandwidth": []}
+
+    # --- namespace and stores ----------------------------------------------------------------
+
+    def namespace(self, pool) -> dict:
+        """What a page's bytes depend on besides its tokens (strata's ``store_namespace``): the
+        model and every shard SGLang splits it into, the dtype, the pool's layout and kind, the page
+        shape; the TP rank and size, except for MLA, whose pages every rank shares."""
+        c = self.config
+        model = c.model_name or "unknown-model"
+        if c.pp_size > 1:
+            model += f"#pp{c.pp_rank}/{c.pp_size}"
+        if c.attn_cp_size > 1:
+            model += f"#cp{c.attn_cp_rank}/{c.attn_cp_size}"
+        if c.dcp_size > 1:
+            model += f"#dcp{c.dcp_rank}/{c.dcp_size}#page{c.logical_page_size}#tp{c.tp_size}"
+        mla = bool(c.is_mla_model)
+        tp_rank, tp_size = (0, 1) if mla else (c.tp_rank, c.tp_size)
+        layout = f"sglang:{getattr(pool, 'layout', 'unknown')}:{'mla' if mla else 'mha'}"
+        return {"model": model, "dtype": str(pool.dtype).replace("torch.", ""), "layout": layout,
+                "tp_rank": tp_rank, "tp_size": tp_size}
+
+    @staticmethod
+    def _geometry(pool, page_bytes: int, mla: bool):
+        itemsize = pool.dtype.itemsize
+        try:
+            if mla:
+                g = _strata.kv_geometry(pool.layer_num, pool.page_size, 1, pool.kv_cache_dim, itemsize, 1)
+            else:
+                g = _strata.kv_geometry(pool.layer_num, pool.page_size, pool.head_num, pool.head_dim, itemsize, 2)
+            if g.page_bytes() == page_bytes:
+                return g
+        except (AttributeError, ValueError):
+            pass
+        # Other page formats (split K/V, indexer sidecars, other V widths): a flat page of the same bytes.
+        return _strata.kv_geometry(1, 1, 1, page_bytes, 1, 1)
+
+    def register_mem_pool_host(self, mem_pool_host):
+        """Opens the stores once the host pool says what a page is (its regions, from
+        ``get_page_buffer_meta``)."""
+        super().register_mem_pool_host(mem_pool_host)
+        pool = mem_pool_host
+        ptrs, sizes = pool.get_page_buffer_meta(torch.arange(pool.page_size, dtype=torch.int64))
+        self.page_bytes = int(sum(sizes))
+        self._namespace = self.namespace(pool)
+        self._page_geometry = self._geometry(pool, self.page_bytes, bool(self.config.is_mla_model))
+        if self.file_paths:
+            c = self.config
+            if c.is_mla_model and c.tp_size > 1:
+                raise ValueError(
+                    "strata HiCache backend: an MLA model under tensor parallelism keeps one copy of each page for "
+                    "every rank (SGLang writes it from one rank only), which a file tier -- owned by one process -- "
+                    "cannot serve to the other ranks' processes: give redis_nodes only (docs/engines.md)"
+                )
+            self._open_file()
+        if self.redis_nodes:
+            if not _strata.redis_built:
+                raise RuntimeError("strata HiCache backend: redis_nodes given, but this strata was built without hiredis")
+            ro = _strata.redis_store_options()
+            ro.key_prefix = str(self.options["redis_key_prefix"])
+            ro.command_timeout_ms = int(self.options["redis_timeout_ms"])
+            self.redis = _strata.redis_store(self.redis_nodes, self._page_geometry, options=ro, **self._namespace)
+
+    def _open_file(self):
+        opts = _strata.file_store_options()
+        opts.io_threads = int(self.options["file_io_threads"])
+        opts.use_direct_io = bool(self.options["file_direct_io"])
+        record = self.page_bytes + 4096 + (-self.page_bytes) % 4096
+        pages = max(1, int(float(self.options["file_capacity_gb"]) * (1 << 30)) // record)
+        for p in self.file_paths:
+            os.makedirs(p, exist_ok=True)
+        self.file = _strata.keyed_file_store(self.file_paths, self._page_geometry, pages, files=opts, **self._namespace)
+        logger.info("strata HiCache: %d pages of %d bytes on %s (%d held)", pages, self.page_bytes, self.file_paths,
+                    self.file.size)
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        if str(host_pool_name) != "kv":
+            raise NotImplementedError(
+                f"strata HiCache backend stores KV pages only; pool {host_pool_name!r} (hybrid models: Mamba, "
+                "SWA, indexer sidecars) is not supported"
+            )
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+
+    def _stores(self):
+        return [s for s in (self.file, self.redis) if s is not None]
+
+    # --- the v1 zero-copy interface (interface_v1: 1) ------------------------------------------
+
+    def _regions(self, keys: List[str], host_indices: torch.Tensor):
+        pool = self.mem_pool_host
+        if pool is None:
+            raise RuntimeError("no host pool registered")
+        if host_indices.numel() != len(keys) * pool.page_size:
+            raise ValueError(f"{host_indices.numel()} host indices for {len(keys)} pages of {pool.page_size} tokens")
+        ptrs, sizes = pool.get_page_buffer_meta(host_indices)
+        return list(ptrs), list(sizes)
+
+    def _move(self, keys, ptrs, sizes, write: bool) -> List[bool]:
+        n = len(keys)
+        if n == 0:
+            return []
+        k = page_keys(keys)
+        per = len(ptrs) // n
+        if write:
+            done = np.zeros(n, dtype=bool)
+            for s in self._stores():
+                done |= s.set_from(k, ptrs, sizes, self.staging_bytes)
+            return done.tolist()
+        got = self.file.get_into(k, ptrs, sizes, self.staging_bytes) if self.file is not None else np.zeros(n, bool)
+        if self.redis is not None and not got.all():
+            miss = np.flatnonzero(~got)
+            mp = [ptrs[i * per + j] for i in miss for j in range(per)]
+            ms = [sizes[i * per + j] for i in miss for j in range(per)]
+            got[miss] = self.redis.get_into(np.ascontiguousarray(k[miss]), mp, ms, self.staging_bytes)
+        return got.tolist()
+
+    def _batch(self, keys, host_indices, write: bool) -> List[bool]:
+        what = "batch_set_v1" if write else "batch_get_v1"
+        t0 = time.perf_counter()
+        try:
+            with self._lock:
+                ptrs, sizes = self._regions(keys, host_indices)
+                result = self._move(keys, ptrs, sizes, write)
+        except Exception:  # never into SGLang's thread: every page of the batch fails
+            logger.exception("strata HiCache %s of %d pages failed", what, len(keys))
+            return [False] * len(keys)
+        seconds = time.perf_counter() - t0
+        ok = sum(result)
+        with self._metrics_lock:
+            side = "backup" if write else "prefetch"
+            self._metrics[f"{side}_pgs"].append(ok)
+            if seconds > 0:
+                self._metrics[f"{side}_bandwidth"].append(ok * self.page_bytes / seconds / 1e9)
+        return result
+
+    def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+        """Reads pages into the host pool's pages at ``host_indices``; one flag per page."""
+        return self._batch(keys, host_indices, False)
+
+    def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+        """Writes the host pool's pages at ``host_indices``; one flag per page (true when a store
+        holds it, already or now)."""
+        return self._batch(keys, host_indices, True)
+
+    def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
+        """How many leading pages of ``keys`` a store holds (the drives' index, then the cluster
+        for the rest)."""
+        try:
+            with self._lock:
+                k = page_keys(keys)
+                n = self.file.exists(k) if self.file is not None else 0
+                if self.redis is not None and n < len(keys):
+                    n += self.redis.exists(np.ascontiguousarray(k[n:]))
+                return int(n)
+        except Exception:
+            logger.exception("strata HiCache batch_exists of %d keys failed", len(keys))
+            return 0
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1
+
+    # --- the legacy interface (flat page tensors) -------------------------------------------
+
+    @staticmethod
+    def _flat(t: torch.Tensor):
+        if not t.is_contiguous():
+            raise ValueError("a page tensor must be contiguous")
+        return [t.data_ptr()], [t.numel() * t.element_size()]
+
+    def get(self, key: str, target_location: Optional[Any] = None, target_sizes: Optional[Any] = None):
+        """Reads one page into ``target_location`` (a flat page tensor); returns it, or ``None``
+        when no store has the page intact."""
+        return self.batch_get([key], [target_location])[0]
+
+    def batch_get(self, keys: List[str], target_locations: Optional[Any] = None, target_sizes: Optional[Any] = None):
+        if target_locations is None or len(target_locations) != len(keys):
+            logger.error("strata HiCache batch_get: give one target tensor per key")
+            return [None] * len(keys)
+        out = []
+        for key, t in zip(keys, target_locations):
+            try:
+                with self._lock:
+                    ptrs, sizes = self._flat(t)
+                    ok = self._move([key], ptrs, sizes, False)[0]
+            except Exception:
+                logger.exception("strata HiCache get of %s failed", key)
+                ok = False
+            out.append(t if ok else None)
+        return out
+
+    def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None) -> bool:
+        return self.batch_set([key], [value])
+
+    def batch_set(self, keys: List[str], values: Optional[Any] = None, target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None) -> bool:
+        if values is None or len(values) != len(keys):
+            logger.error("strata HiCache batch_set: give one value tensor per key")
+            return False
+        for key, v in zip(keys, values):
+            try:
+                with self._lock:
+                    ptrs, sizes = self._flat(v.contiguous())
+                    if not self._move([key], ptrs, sizes, True)[0]:
+                        return False
+            except Exception:
+                logger.exception("strata HiCache set of %s failed", key)
+                return False
+        return True
+
+    # --- housekeeping -------------------------------------------------------------------------
+
+    def get_stats(self):
+        """SGLang's ``StorageMetrics`` since the last call: pages and GB/s of each get and set batch."""
+        try:
+            from sglang.srt.observability.metrics_collector import StorageMetrics
+        except Exception:  # metrics not importable here: SGLang then logs none
+            return None
+        m = StorageMetrics()
+        with self._metrics_lock:
+            for name, values in self._metrics.items():
+                getattr(m, name).extend(values)
+                values.clear()
+        return m
+
+    def stats(self) -> dict:
+        """strata's own counters of each store (``keyed_file_store_stats``, ``redis_store_stats``)."""
+        out = {}
+        if self.file is not None:
+            out["file"] = self.file.stats()
+        if self.redis is not None:
+            out["redis"] = self.redis.stats()
+        return out
+
+    def clear(self) -> bool:
+        """Forgets every page of the file tier (its namespace's files are removed and made anew).
+        The Redis Cluster is shared with other instances and is left as it is."""
+        if self.file is None:
+            return True
+        try:
+            with self._lock.exclusive():
+                dirs = list(self.file.directories)
+                self.file = None  # closes the files
+                for d in dirs:
+                    shutil.rmtree(d, ignore_errors=True)
+                self._open_file()
+            return True
+        except Exception:
+            logger.exception("strata HiCache clear failed")
+            return False
+
+    def close(self):
+        """Waits for the stores' transfers in flight and closes them."""
+        with self._lock.exclusive():
+            self.file = None
+            self.redis = None
