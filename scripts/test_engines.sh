@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The engines' plug-ins (python/tests_engines/), tested with the engines' own classes: installs
-# SGLang 0.5.23 with --no-deps (its pure-Python imports pinned below, and PyTorch when missing),
-# then runs the adapter tests. Needs the `strata` package installed (scripts/test_python.sh does it).
-# A missing package is an install failure here, never a skipped test.
+# SGLang 0.5.23, vLLM 0.34.0 and LMCache 0.5.6 with --no-deps (the pure-Python modules their
+# storage hooks import, pinned below, and PyTorch when missing), then runs the adapter tests.
+# Needs the `strata` package installed (scripts/test_python.sh does it). A missing package is an
+# install failure here, never a skipped test.
 #
 #   scripts/test_engines.sh
 #   PYTHON=python3.12 scripts/test_engines.sh
@@ -16,7 +17,7 @@ PYTHON=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 pip() { "$PYTHON" -m pip install -q "$@"; }
 
-# PyTorch (SGLang's pool and storage classes are torch code). The CPU build of PyPI's wheel does not
+# PyTorch (the engines' pool and storage classes are torch code). The CPU build of PyPI's wheel does not
 # exist for Linux, so this is the CUDA wheel; it runs on the CPU.
 "$PYTHON" -c 'import torch' 2>/dev/null || pip "torch==2.14.1"
 # What SGLang's storage, pool and hash modules import, at SGLang's pins where it pins, installed
@@ -34,8 +35,13 @@ PY
 "$PYTHON" -c 'import transformers' 2>/dev/null || pip -c "$constraints" "transformers>=5"
 pip -c "$constraints" psutil pybase64 pillow starlette msgspec "pyzmq>=25.1.2" aiohttp dill \
   "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" "compressed-tensors==0.18.0" gguf "prometheus-client>=0.20.0"
-# SGLang itself and torchvision (imported by SGLang's model configs), without their dependencies.
-pip --no-deps "sglang==0.5.23" "torchvision==0.29.2"
+# vLLM's and LMCache's imports of their offloading modules (vLLM's scheduler-side utilities, LMCache's
+# CPU kernels), at the versions tested.
+pip -c "$constraints" "cachetools==8.0.3" "cbor2==6.3.0" "uvloop==0.23.0" "py-cpuinfo==9.0.0" \
+  "llguidance==1.9.1" "xgrammar==0.2.9" "numba==0.68.1"
+# The engines themselves (and torchvision, imported by SGLang's model configs), without their
+# dependencies: SGLang's HiCache storage, vLLM's tiered offloading, LMCache's native_plugin adapter.
+pip --no-deps "sglang==0.5.23" "torchvision==0.29.2" "vllm==0.34.0" "lmcache==0.5.6"
 
 echo "test_engines: pytest python/tests_engines"
 set +e

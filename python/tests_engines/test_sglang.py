@@ -239,7 +239,7 @@ def test_legacy_interface_through_flat_pages(tmp_path):
 def test_bad_configuration_is_refused(tmp_path):
     with pytest.raises(ValueError, match="file_paths"):
         backend({}, mha_pool())
-    with pytest.raises(ValueError, match="unknown extra-config"):
+    with pytest.raises(ValueError, match="unknown options"):
         backend({"file_paths": str(tmp_path), "file_path": str(tmp_path)}, mha_pool())
     with pytest.raises(ValueError, match="file_capacity_gb"):
         backend({"file_paths": str(tmp_path), "file_capacity_gb": 0}, mha_pool())

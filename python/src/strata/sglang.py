@@ -18,9 +18,7 @@ Importing this module imports SGLang (``sglang.srt.mem_cache.hicache_storage``);
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import shutil
 import threading
 import time
@@ -35,40 +33,28 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from . import _strata
+from ._engine_stores import (
+    STORE_DEFAULTS,
+    content_keys_of,
+    leading_pages,
+    open_file_store,
+    open_redis_store,
+    page_geometry,
+    read_pages,
+    store_options,
+    stores_stats,
+    write_pages,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Defaults of the extra-config options (docs/engines.md).
-DEFAULTS = {
-    "file_paths": None,  # one directory per drive (a list, or a comma-separated string)
-    "file_capacity_gb": 16.0,  # disk the file tier takes over all drives (preallocated)
-    "file_io_threads": 8,  # I/O threads per drive
-    "file_direct_io": True,  # O_DIRECT where the file system allows it
-    "redis_nodes": None,  # "host:port" of cluster nodes (a list, or a comma-separated string)
-    "redis_key_prefix": "strata",
-    "redis_timeout_ms": 2000,  # one pipelined round's replies
-    "staging_mb": 64,  # host memory per thread that gathers (scatters) a page's regions, at once
-}
+DEFAULTS = STORE_DEFAULTS
 
 
 def page_keys(keys: List[str]) -> np.ndarray:
-    """strata's 128-bit content keys of SGLang's page keys (its chained SHA-256 hashes, or any
-    string): the first 16 bytes of BLAKE2b over the key's UTF-8 bytes, as an ``[n, 2]`` uint64
-    array (hi, lo)."""
-    out = np.empty((len(keys), 2), dtype=np.uint64)
-    for i, k in enumerate(keys):
-        d = hashlib.blake2b(k.encode(), digest_size=16).digest()
-        out[i, 0] = int.from_bytes(d[:8], "big")
-        out[i, 1] = int.from_bytes(d[8:], "big")
-    return out
-
-
-def _listed(value) -> List[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
+    """strata's content keys of SGLang's page keys (its chained SHA-256 hashes, or any string)."""
+    return content_keys_of(keys)
 
 
 class _SharedExclusive:
@@ -113,24 +99,11 @@ class StrataHiCacheStorage(HiCacheStorage):
     ``None``, never an exception into SGLang's prefetch or backup thread)."""
 
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
-        extra = dict(storage_config.extra_config or {})
-        unknown = sorted(
-            k
-            for k in extra
-            if k not in DEFAULTS and k not in ("backend_name", "module_path", "class_name", "interface_v1")
-        )
-        if unknown:
-            raise ValueError(f"strata HiCache backend: unknown extra-config options {unknown}; known: {sorted(DEFAULTS)}")
-        self.options = {**DEFAULTS, **extra}
-        self.file_paths = _listed(self.options["file_paths"])
-        self.redis_nodes = _listed(self.options["redis_nodes"])
-        if not self.file_paths and not self.redis_nodes:
-            raise ValueError(
-                "strata HiCache backend: give file_paths (one directory per drive) and/or redis_nodes "
-                "(host:port of Redis Cluster nodes) in --hicache-storage-backend-extra-config"
-            )
-        if float(self.options["file_capacity_gb"]) <= 0:
-            raise ValueError(f"strata HiCache backend: file_capacity_gb must be positive, got {self.options['file_capacity_gb']}")
+        extra = {k: v for k, v in (storage_config.extra_config or {}).items()
+                 if k not in ("backend_name", "module_path", "class_name", "interface_v1")}
+        self.options = store_options(extra, "strata HiCache backend (--hicache-storage-backend-extra-config)")
+        self.file_paths = self.options["file_paths"]
+        self.redis_nodes = self.options["redis_nodes"]
         self.config = storage_config
         self.file: Optional[Any] = None
         self.redis: Optional[Any] = None
@@ -166,15 +139,14 @@ class StrataHiCacheStorage(HiCacheStorage):
         itemsize = pool.dtype.itemsize
         try:
             if mla:
-                g = _strata.kv_geometry(pool.layer_num, pool.page_size, 1, pool.kv_cache_dim, itemsize, 1)
+                natural = _strata.kv_geometry(pool.layer_num, pool.page_size, 1, pool.kv_cache_dim, itemsize, 1)
             else:
-                g = _strata.kv_geometry(pool.layer_num, pool.page_size, pool.head_num, pool.head_dim, itemsize, 2)
-            if g.page_bytes() == page_bytes:
-                return g
+                natural = _strata.kv_geometry(pool.layer_num, pool.page_size, pool.head_num, pool.head_dim, itemsize,
+                                              2)
         except (AttributeError, ValueError):
-            pass
+            natural = None
         # Other page formats (split K/V, indexer sidecars, other V widths): a flat page of the same bytes.
-        return _strata.kv_geometry(1, 1, 1, page_bytes, 1, 1)
+        return page_geometry(page_bytes, natural)
 
     def register_mem_pool_host(self, mem_pool_host):
         """Opens the stores once the host pool says what a page is (its regions, from
@@ -195,24 +167,12 @@ class StrataHiCacheStorage(HiCacheStorage):
                 )
             self._open_file()
         if self.redis_nodes:
-            if not _strata.redis_built:
-                raise RuntimeError("strata HiCache backend: redis_nodes given, but this strata was built without hiredis")
-            ro = _strata.redis_store_options()
-            ro.key_prefix = str(self.options["redis_key_prefix"])
-            ro.command_timeout_ms = int(self.options["redis_timeout_ms"])
-            self.redis = _strata.redis_store(self.redis_nodes, self._page_geometry, options=ro, **self._namespace)
+            self.redis = open_redis_store(self.options, self._page_geometry, self._namespace)
 
     def _open_file(self):
-        opts = _strata.file_store_options()
-        opts.io_threads = int(self.options["file_io_threads"])
-        opts.use_direct_io = bool(self.options["file_direct_io"])
-        record = self.page_bytes + 4096 + (-self.page_bytes) % 4096
-        pages = max(1, int(float(self.options["file_capacity_gb"]) * (1 << 30)) // record)
-        for p in self.file_paths:
-            os.makedirs(p, exist_ok=True)
-        self.file = _strata.keyed_file_store(self.file_paths, self._page_geometry, pages, files=opts, **self._namespace)
-        logger.info("strata HiCache: %d pages of %d bytes on %s (%d held)", pages, self.page_bytes, self.file_paths,
-                    self.file.size)
+        self.file = open_file_store(self.options, self._page_geometry, self._namespace)
+        logger.info("strata HiCache: %d pages of %d bytes on %s (%d held)", self.file.capacity, self.page_bytes,
+                    self.file_paths, self.file.size)
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
         if str(host_pool_name) != "kv":
@@ -237,23 +197,10 @@ class StrataHiCacheStorage(HiCacheStorage):
         return list(ptrs), list(sizes)
 
     def _move(self, keys, ptrs, sizes, write: bool) -> List[bool]:
-        n = len(keys)
-        if n == 0:
+        if len(keys) == 0:
             return []
-        k = page_keys(keys)
-        per = len(ptrs) // n
-        if write:
-            done = np.zeros(n, dtype=bool)
-            for s in self._stores():
-                done |= s.set_from(k, ptrs, sizes, self.staging_bytes)
-            return done.tolist()
-        got = self.file.get_into(k, ptrs, sizes, self.staging_bytes) if self.file is not None else np.zeros(n, bool)
-        if self.redis is not None and not got.all():
-            miss = np.flatnonzero(~got)
-            mp = [ptrs[i * per + j] for i in miss for j in range(per)]
-            ms = [sizes[i * per + j] for i in miss for j in range(per)]
-            got[miss] = self.redis.get_into(np.ascontiguousarray(k[miss]), mp, ms, self.staging_bytes)
-        return got.tolist()
+        move = write_pages if write else read_pages
+        return move(self.file, self.redis, page_keys(keys), ptrs, sizes, self.staging_bytes).tolist()
 
     def _batch(self, keys, host_indices, write: bool) -> List[bool]:
         what = "batch_set_v1" if write else "batch_get_v1"
@@ -290,11 +237,7 @@ class StrataHiCacheStorage(HiCacheStorage):
         for the rest)."""
         try:
             with self._lock:
-                k = page_keys(keys)
-                n = self.file.exists(k) if self.file is not None else 0
-                if self.redis is not None and n < len(keys):
-                    n += self.redis.exists(np.ascontiguousarray(k[n:]))
-                return int(n)
+                return leading_pages(self.file, self.redis, page_keys(keys))
         except Exception:
             logger.exception("strata HiCache batch_exists of %d keys failed", len(keys))
             return 0
@@ -367,13 +310,8 @@ class StrataHiCacheStorage(HiCacheStorage):
         return m
 
     def stats(self) -> dict:
-        """strata's own counters of each store (``keyed_file_store_stats``, ``redis_store_stats``)."""
-        out = {}
-        if self.file is not None:
-            out["file"] = self.file.stats()
-        if self.redis is not None:
-            out["redis"] = self.redis.stats()
-        return out
+        """strata's own counters of each store."""
+        return stores_stats(self.file, self.redis)
 
     def clear(self) -> bool:
         """Forgets every page of the file tier (its namespace's files are removed and made anew).
