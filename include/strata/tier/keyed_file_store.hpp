@@ -165,7 +165,17 @@ class keyed_file_store {
       }
     }
     std::unique_ptr<bool[]> ok(new bool[at.size() + 1]());
-    if (!at.empty()) { (void)files_.read(slots, to, lo, {ok.get(), at.size()}); }
+    if (!at.empty()) {
+      try {
+        (void)files_.read(slots, to, lo, {ok.get(), at.size()});
+      } catch (...) {  // nothing read: unpin, then let the caller hear why
+        std::lock_guard lock{m_};
+        for (std::size_t j = 0; j < at.size(); ++j) {
+          --index_.find(pages[at[j]].key)->second.readers;
+        }
+        throw;
+      }
+    }
     std::int64_t got = 0;
     std::lock_guard lock{m_};
     for (std::size_t j = 0; j < at.size(); ++j) {
@@ -248,7 +258,13 @@ class keyed_file_store {
         hi[j] = p.key.hi;
         if (keep_ids) { ids.insert(ids.end(), p.ids.begin(), p.ids.end()); }
       }
-      bool const ok = files_.write(slots, from, lo, hi, ids);
+      bool ok = false;
+      try {
+        ok = files_.write(slots, from, lo, hi, ids);
+      } catch (...) {  // nothing written: the slots go back, then the caller hears why
+        files_.slots().release(slots);
+        throw;
+      }
       std::lock_guard lock{m_};
       std::vector<std::int64_t> unused;
       for (std::size_t j = 0; j < at.size(); ++j) {
