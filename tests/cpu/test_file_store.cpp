@@ -355,6 +355,45 @@ TEST_CASE("file_store's I/O threads start no write while a read runs on the driv
   CHECK(events == std::vector<char>{'r', 'R', 'w'});
 }
 
+TEST_CASE("file_store's I/O threads never leave a posted job waiting while they sleep", "[cpu][file][threads]")
+{
+  // The file store posts a run and then waits for it with nothing else posted: a wakeup lost between
+  // `post` and an idle worker hangs that caller for good (seen once in a test run on Debian 12: a
+  // job queued, three workers asleep; glibc's bug 25847 can lose a single condition-variable
+  // signal, so the pool now wakes every worker). Three callers
+  // post and wait, reads and writes mixed, on a pool of three threads; each wait has a deadline.
+  int const rounds = quick() ? 3'000 : 20'000;
+  strata::detail::thread_pool pool{3};
+  std::atomic<int> late{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c) {
+    callers.emplace_back([&, c] {
+      std::mutex m;
+      std::condition_variable cv;
+      for (int r = 0; r < rounds && late.load() == 0; ++r) {
+        bool done = false;
+        pool.post((r + c) % 3 == 0, [&](int) {
+          std::lock_guard lock{m};
+          done = true;
+          cv.notify_all();
+        });
+        std::unique_lock lock{m};
+        if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; })) {
+          late.fetch_add(1);
+          lock.unlock();
+          pool.post([](int) {});  // wakes a worker, which then runs the stranded job too
+          lock.lock();
+          cv.wait(lock, [&] { return done; });  // the job owns m and cv: it must finish first
+        }
+      }
+    });
+  }
+  for (auto& t : callers) {
+    t.join();
+  }
+  CHECK(late.load() == 0);
+}
+
 TEST_CASE("CRC-32C: the hardware path (three interleaved chains) agrees with the tables", "[cpu][file]")
 {
   std::vector<unsigned char> v(200'000);

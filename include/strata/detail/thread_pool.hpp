@@ -47,7 +47,11 @@ class thread_pool {
       std::lock_guard lock{mutex_};
       (urgent ? urgent_ : jobs_).push_back(std::move(job));
     }
-    cv_.notify_one();
+    // Every worker, not one: a caller that posts a job and then waits for it alone (the file store's
+    // `wait`) must never depend on a single signal, which glibc's condition variable can lose (its
+    // bug 25847; seen on Debian 12 as a posted job and three idle workers, all asleep). A few spare
+    // wakeups cost nothing.
+    cv_.notify_all();
   }
   [[nodiscard]] int size() const noexcept { return static_cast<int>(threads_.size()); }
 

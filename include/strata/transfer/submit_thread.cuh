@@ -87,7 +87,7 @@ class submit_thread {
       std::lock_guard lock{m_};
       (kind == transfer_kind::load ? loads_ : backups_).push_back(std::move(j));
     }
-    cv_.notify_one();
+    cv_.notify_all();  // not one: glibc can lose a single signal (detail/thread_pool.hpp)
     return h;
   }
 
