@@ -38,7 +38,8 @@ pip -c "$constraints" psutil pybase64 pillow starlette msgspec "pyzmq>=25.1.2" a
 # vLLM's and LMCache's imports of their offloading modules (vLLM's scheduler-side utilities, LMCache's
 # CPU kernels), at the versions tested.
 pip -c "$constraints" "cachetools==8.0.3" "cbor2==6.3.0" "uvloop==0.23.0" "py-cpuinfo==9.0.0" \
-  "llguidance==1.9.1" "xgrammar==0.2.9" "numba==0.68.1"
+  "llguidance==1.9.1" "xgrammar==0.2.9" "numba==0.68.1" "cloudpickle==3.1.3" "orjson==3.13.0" \
+  "sortedcontainers==2.4.0" "cryptography==51.0.1" "ipython==9.19.1"
 # The engines themselves (and torchvision, imported by SGLang's model configs), without their
 # dependencies: SGLang's HiCache storage, vLLM's tiered offloading, LMCache's native_plugin adapter.
 pip --no-deps "sglang==0.5.23" "torchvision==0.29.2" "vllm==0.34.0" "lmcache==0.5.6"
