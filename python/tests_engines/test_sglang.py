@@ -236,6 +236,20 @@ def test_legacy_interface_through_flat_pages(tmp_path):
     assert b.get("not-a-page", pool.get_dummy_flat_data_page()) is None
 
 
+def test_clear_empties_the_drives_and_the_backend_goes_on(tmp_path):
+    pool = mha_pool()
+    b = backend({"file_paths": [str(tmp_path / "a"), str(tmp_path / "b")], "file_capacity_gb": 0.01}, pool)
+    p = Prompt(5, 9)
+    assert backup(b, pool, p) == [True] * 5
+    assert b.clear() is True
+    assert b.batch_exists(p.keys) == 0 and b.file.size == 0
+    assert backup(b, pool, p) == [True] * 5
+    assert prefetch(b, pool, p) == 5
+    b.close()
+    assert b.batch_exists(p.keys) == 0  # closed: no store, every page a miss
+    assert b.batch_get_v1(p.keys, pool.alloc(5 * PAGE)) == [False] * 5
+
+
 def test_bad_configuration_is_refused(tmp_path):
     with pytest.raises(ValueError, match="file_paths"):
         backend({}, mha_pool())
