@@ -24,7 +24,6 @@ import threading
 import time
 from typing import Any, List, Optional
 
-import numpy as np
 import torch
 from sglang.srt.mem_cache.hicache_storage import (
     HiCacheStorage,
@@ -34,7 +33,6 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 from . import _strata
 from ._engine_stores import (
-    STORE_DEFAULTS,
     content_keys_of,
     leading_pages,
     open_file_store,
@@ -47,15 +45,6 @@ from ._engine_stores import (
 )
 
 logger = logging.getLogger(__name__)
-
-#: Defaults of the extra-config options (docs/engines.md).
-DEFAULTS = STORE_DEFAULTS
-
-
-def page_keys(keys: List[str]) -> np.ndarray:
-    """strata's content keys of SGLang's page keys (its chained SHA-256 hashes, or any string)."""
-    return content_keys_of(keys)
-
 
 class _SharedExclusive:
     """Many batches at once, or one ``clear`` alone."""
@@ -99,6 +88,8 @@ class StrataHiCacheStorage(HiCacheStorage):
     ``None``, never an exception into SGLang's prefetch or backup thread)."""
 
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
+        """As SGLang's dynamic backend factory calls it: the storage config (its ``extra_config`` holds
+        the options, docs/engines.md) and the factory's keyword arguments (unused)."""
         extra = {k: v for k, v in (storage_config.extra_config or {}).items()
                  if k not in ("backend_name", "module_path", "class_name", "interface_v1")}
         self.options = store_options(extra, "strata HiCache backend (--hicache-storage-backend-extra-config)")
@@ -182,9 +173,6 @@ class StrataHiCacheStorage(HiCacheStorage):
             )
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
 
-    def _stores(self):
-        return [s for s in (self.file, self.redis) if s is not None]
-
     # --- the v1 zero-copy interface (interface_v1: 1) ------------------------------------------
 
     def _regions(self, keys: List[str], host_indices: torch.Tensor):
@@ -200,7 +188,7 @@ class StrataHiCacheStorage(HiCacheStorage):
         if len(keys) == 0:
             return []
         move = write_pages if write else read_pages
-        return move(self.file, self.redis, page_keys(keys), ptrs, sizes, self.staging_bytes).tolist()
+        return move(self.file, self.redis, content_keys_of(keys), ptrs, sizes, self.staging_bytes).tolist()
 
     def _batch(self, keys, host_indices, write: bool) -> List[bool]:
         what = "batch_set_v1" if write else "batch_get_v1"
@@ -237,7 +225,7 @@ class StrataHiCacheStorage(HiCacheStorage):
         for the rest)."""
         try:
             with self._lock:
-                return leading_pages(self.file, self.redis, page_keys(keys))
+                return leading_pages(self.file, self.redis, content_keys_of(keys))
         except Exception:
             logger.exception("strata HiCache batch_exists of %d keys failed", len(keys))
             return 0
