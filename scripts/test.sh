@@ -6,9 +6,10 @@
 #                   parts too when nvcc is found. ctest runs all tests; [gpu] tests skip without a GPU.
 #   2. build-asan/  host-only, with AddressSanitizer and UndefinedBehaviorSanitizer: the [cpu] tests.
 #   3. build-tsan/  host-only, with ThreadSanitizer: the cache controller's tests (polling, evicting
-#                   and record threads), the file store's transfers from several threads, the remote
-#                   store's batches from several threads and through a failover, the controller over
-#                   the remote tier (its lookups and copies on the store's threads).
+#                   and record threads), the file store's and the keyed file store's transfers from
+#                   several threads, the remote store's batches from several threads and through a
+#                   failover, the controller over the remote tier (its lookups and copies on the
+#                   store's threads).
 #   The remote tier's tests start Redis servers (Debian's redis-server, installed here) on loopback
 #   ports and stop them on every exit path.
 #   4. the Python package (python/, scripts/test_python.sh): built, installed with pip, its pytest
@@ -40,9 +41,10 @@ ctest --test-dir build-asan --output-on-failure -j "$jobs" -L cpu -E '^package' 
 #    several threads, under ThreadSanitizer.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_ENABLE_CUDA=OFF -DSTRATA_SANITIZE_THREAD=ON -DSTRATA_REQUIRE_REDIS=ON \
   -DSTRATA_BUILD_BENCHMARKS=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_BUILD_TOOLS=OFF
-cmake --build build-tsan -j "$jobs" --target test_controller test_file_store test_redis_store test_controller_remote
+cmake --build build-tsan -j "$jobs" --target test_controller test_file_store test_keyed_file_store test_redis_store test_controller_remote
 ctest --test-dir build-tsan --output-on-failure -R '^test_controller$'
 STRATA_TEST_QUICK=1 build-tsan/tests/test_file_store '[threads]'
+STRATA_TEST_QUICK=1 build-tsan/tests/test_keyed_file_store '[threads]'
 STRATA_TEST_QUICK=1 build-tsan/tests/test_redis_store '[threads]'
 build-tsan/tests/test_controller_remote
 
