@@ -296,7 +296,9 @@ def test_random_failures_and_concurrent_prefetch_and_backup(tmp_path):
     thread and a backup thread as SGLang runs them, plus a second pair: no None, no exception, and
     every page reported read holds its reference bytes."""
     pool = mha_pool(tokens=2048)
-    inner = backend({"file_paths": [str(tmp_path / "a"), str(tmp_path / "b")], "file_capacity_gb": 0.02}, pool)
+    nbytes = page_bytes_of(pool)
+    cap = 48 * (nbytes + 4096 + (-nbytes) % 4096) / (1 << 30)  # 48 pages: fewer than the prompts', so replaced
+    inner = backend({"file_paths": [str(tmp_path / "a"), str(tmp_path / "b")], "file_capacity_gb": cap}, pool)
     b = HiCacheStorageFailureInjector(inner, 0.002, 0.2)
     prompts = [Prompt(5 + i % 4, 100 + i) for i in range(16)]
     lock = threading.Lock()  # SGLang's host pool allocator is driven by one thread at a time
@@ -352,6 +354,7 @@ def test_random_failures_and_concurrent_prefetch_and_backup(tmp_path):
     assert not failures, failures
     assert not errors, f"{len(errors)} pages read with wrong bytes"
     assert read[0] > 0
+    assert inner.stats()["file"].pages_evicted > 0  # pages were replaced while others were read
 
 
 def test_side_by_side_with_sglangs_file_backend(tmp_path):
