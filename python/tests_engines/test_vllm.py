@@ -8,7 +8,10 @@ chunks, complete_store — which cascades to strata —, lookups that promote fr
 A chunk's reference bytes come from a generator seeded by its key alone; every chunk the manager
 serves must hold them.
 """
+import glob
 import hashlib
+import itertools
+import os
 import time
 
 import numpy as np
@@ -26,17 +29,30 @@ from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 from strata.vllm import StrataSecondaryTier
 
 BLOCK_BYTES = 16 * 2 * 2 * 64 * 2 * 2  # 16 tokens, 2 layers, K and V, 2 heads of 64 bf16
+# vLLM names its CPU tier's shared memory (/dev/shm) by engine id: one per manager, so that a run that
+# dies without shutting down leaves nothing a later one trips on.
+_engines = itertools.count()
 
 
-def spec(tier, cpu_chunks=64, model="meta-llama/Llama-3.1-8B", dtype="bfloat16"):
-    """vLLM's tiering spec: a CPU primary tier of `cpu_chunks` chunks above strata's tier."""
+@pytest.fixture(autouse=True, scope="module")
+def _no_shared_memory_left():
+    """Removes what a manager that failed to start leaves in /dev/shm."""
+    yield
+    for f in glob.glob(f"/dev/shm/vllm_offload_strata-test-{os.getpid()}-*"):
+        os.remove(f)
+
+
+def spec(tier, cpu_chunks=64, model="meta-llama/Llama-3.1-8B", dtype="bfloat16", block_bytes=BLOCK_BYTES,
+         blocks_per_chunk=1):
+    """vLLM's tiering spec: a CPU primary tier of `cpu_chunks` chunks above one secondary tier
+    (strata's unless `tier` names another "type")."""
     cfg = OffloadingConfig(
         groups=(OffloadingGroupConfig(tokens_per_block=16, layer_names=("layers.0", "layers.1"), group_id=0),),
-        worker_kv_bytes_per_block=BLOCK_BYTES, enable_kv_cache_events=False,
-        extra_config={"cpu_bytes_to_use": cpu_chunks * BLOCK_BYTES,
+        worker_kv_bytes_per_block=block_bytes, enable_kv_cache_events=False,
+        extra_config={"cpu_bytes_to_use": cpu_chunks * block_bytes * blocks_per_chunk,
                       "secondary_tiers": [{"type": "strata", "module_path": "strata.vllm", **tier}]},
-        engine_id="strata-test", model=OffloadingModelConfig(name=model, dtype=dtype),
-        cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=1),
+        engine_id=f"strata-test-{os.getpid()}-{next(_engines)}", model=OffloadingModelConfig(name=model, dtype=dtype),
+        cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=blocks_per_chunk),
         parallel=OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
                                           data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
                                           is_parallelism_agnostic=True))
@@ -71,9 +87,9 @@ def step(m, until, timeout=10.0):
         time.sleep(0.002)
 
 
-def tier_of(m):
+def tier_of(m, kind=StrataSecondaryTier):
     (t,) = m.secondary_tiers
-    assert isinstance(t, StrataSecondaryTier)
+    assert isinstance(t, kind)
     return t
 
 
@@ -87,8 +103,8 @@ def offload(m, keys, req="writer"):
     for k, cid in zip(out.keys_to_store, out.store_spec.block_ids):
         mem[int(cid)][:] = reference(k, mem.shape[1])
     m.complete_store(out.keys_to_store, ctx)
-    t = tier_of(m)
-    step(m, lambda: not t.has_pending_work())
+    (t,) = m.secondary_tiers
+    step(m, lambda: not t.has_pending_work() and not m.has_pending_work())
     m.on_request_finished(ctx)
 
 
