@@ -31,16 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python",
 import test_sglang as t  # noqa: E402  SGLang's own pool classes, built as the tests build them
 from sglang.srt.mem_cache.hicache_storage import HiCacheFile  # noqa: E402
 
-
-def drop_cache(directory):
-    for root, _, files in os.walk(directory):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)  # dirty pages cannot be dropped
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+from page_cache import drop_cache  # noqa: E402
 
 
 def main():

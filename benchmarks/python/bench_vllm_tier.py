@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 from vllm.v1.kv_offload.base import ReqContext  # noqa: E402
 from vllm.v1.kv_offload.tiering.base import TransferJob  # noqa: E402
 
-from bench_sglang_storage import drop_cache  # noqa: E402
+from page_cache import drop_cache  # noqa: E402
 
 
 def jobs(keys, batch, is_promotion, first_id):
