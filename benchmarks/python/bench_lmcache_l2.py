@@ -10,10 +10,8 @@ into fresh objects in a new adapter; every chunk loaded is checked. ``fs_native`
     python3 benchmarks/python/bench_lmcache_l2.py --dir /path/on/the/drive [--chunks 96 --reps 3]
 """
 import argparse
-import json
 import os
 import shutil
-import statistics
 import sys
 import time
 
@@ -24,7 +22,7 @@ from lmcache.v1.distributed.l2_adapters.fs_native_l2_adapter import (  # noqa: E
     _create_fs_native_l2_adapter,
 )
 
-from page_cache import drop_cache  # noqa: E402
+from bench_common import drop_cache, report  # noqa: E402
 
 
 def make(kind, d, chunk, odirect, cap_gb):
@@ -96,16 +94,7 @@ def main():
             runs[kind].append(run(kind, d, a.chunks, a.chunk_bytes, a.batch, a.odirect, cap))
             print(f"rep {rep} {kind}: {runs[kind][-1]}", flush=True)
     shutil.rmtree(a.dir, ignore_errors=True)
-    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in runs.items()}
-    out = {"chunk_bytes": a.chunk_bytes, "chunks": a.chunks, "odirect": a.odirect, "reps": a.reps, "median": med,
-           "ratios": {"store": med["strata"]["store_gbps"] / med["fs_native"]["store_gbps"],
-                      "load": med["strata"]["load_gbps"] / med["fs_native"]["load_gbps"]},
-           "runs": runs}
-    print(json.dumps(out, indent=1))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
-
+    report(runs, "fs_native", {"chunk_bytes": a.chunk_bytes, "chunks": a.chunks, "odirect": a.odirect, "reps": a.reps}, a.json)
 
 if __name__ == "__main__":
     main()

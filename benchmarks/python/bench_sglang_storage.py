@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python",
 import test_sglang as t  # noqa: E402  SGLang's own pool classes, built as the tests build them
 from sglang.srt.mem_cache.hicache_storage import HiCacheFile  # noqa: E402
 
-from page_cache import drop_cache  # noqa: E402
+from bench_common import drop_cache  # noqa: E402
 
 
 def main():

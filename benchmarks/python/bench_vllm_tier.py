@@ -18,10 +18,8 @@ Medians of ``--reps`` runs, GB/s of chunk bytes, and the ratios.
     python3 benchmarks/python/bench_vllm_tier.py --dir /path/on/the/drive [--chunks 96 --reps 3]
 """
 import argparse
-import json
 import os
 import shutil
-import statistics
 import sys
 import time
 
@@ -31,7 +29,7 @@ import numpy as np  # noqa: E402
 from vllm.v1.kv_offload.base import ReqContext  # noqa: E402
 from vllm.v1.kv_offload.tiering.base import TransferJob  # noqa: E402
 
-from page_cache import drop_cache  # noqa: E402
+from bench_common import drop_cache, report  # noqa: E402
 
 
 def jobs(keys, batch, is_promotion, first_id):
@@ -99,16 +97,7 @@ def main():
             runs[name].append(run_tier(tier, d, a.chunks, a.block_bytes, a.blocks_per_chunk, a.batch))
             print(f"rep {rep} {name}: {runs[name][-1]}", flush=True)
     shutil.rmtree(a.dir, ignore_errors=True)
-    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in runs.items()}
-    out = {"chunk_bytes": a.block_bytes * a.blocks_per_chunk, "chunks": a.chunks, "reps": a.reps, "median": med,
-           "ratios": {"store": med["strata"]["store_gbps"] / med["fs"]["store_gbps"],
-                      "load": med["strata"]["load_gbps"] / med["fs"]["load_gbps"]},
-           "runs": runs}
-    print(json.dumps(out, indent=1))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
-
+    report(runs, "fs", {"chunk_bytes": a.block_bytes * a.blocks_per_chunk, "chunks": a.chunks, "reps": a.reps}, a.json)
 
 if __name__ == "__main__":
     main()
