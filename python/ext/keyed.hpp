@@ -202,6 +202,18 @@ void def_keyed_methods(Class& cls)
           },
           "keys"_a, "How many leading pages of keys (one prefix, in order) the store holds.")
       .def(
+          "contains",
+          [](Store& s, key_array keys) {
+            auto const k = keys_of(keys);
+            auto have = no_flags(k.size());
+            {
+              nb::gil_scoped_release unlocked;
+              s.contains(k, {have.get(), k.size()});
+            }
+            return flags_array(std::vector<char>(have.get(), have.get() + k.size()));
+          },
+          "keys"_a, "Which keys (of any prefixes, in any order) the store holds: a NumPy bool array.")
+      .def(
           "get",
           [](Store& s, key_array keys, page_rows out, std::optional<token_ids> const& ids) {
             auto const k = keys_of(keys);

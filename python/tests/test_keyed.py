@@ -28,7 +28,9 @@ def test_pages_by_content_on_drives_and_through_regions(tmp_path, geo):
     keys = strata.content_keys(ids, 16)
     pages = rng.integers(0, 256, size=(12, geo.page_bytes()), dtype=np.uint8)
     # Written as 4 regions a page (staging of one page: every chunk boundary crossed), read back as 2.
-    assert s.set_from(keys, *regions(pages, 4), staging_bytes=geo.page_bytes()).all()
+    assert s.set_from(keys[1:], *regions(pages[1:], 4), staging_bytes=geo.page_bytes()).all()
+    assert s.exists(keys) == 0 and s.contains(keys).tolist() == [False] + [True] * 11
+    assert s.set_from(keys[:1], *regions(pages[:1], 4)).all()
     assert s.exists(keys) == 12
     out = np.zeros_like(pages)
     assert s.get_into(keys, *regions(out, 2)).all()
@@ -69,6 +71,8 @@ def test_redis_store_moves_regions_too(redis_cluster, geo):
     rng = np.random.default_rng(4)
     keys = strata.content_keys(rng.integers(0, 50000, size=16 * 5).astype(np.int32), 16)
     pages = rng.integers(0, 256, size=(5, geo.page_bytes()), dtype=np.uint8)
+    assert s.set_from(keys[:4], *regions(pages[:4], 2)).all()
+    assert s.contains(keys).tolist() == [True] * 4 + [False]
     assert s.set_from(keys, *regions(pages, 2)).all()
     out = np.zeros_like(pages)
     assert s.get_into(keys, *regions(out, 8)).all() and (out == pages).all()

@@ -77,6 +77,14 @@ TEST_CASE("keyed file store: pages round-trip and exists counts the leading ones
   CHECK(s.exists(d.keys) == 5);
   CHECK(put(s, d, 6, 6) == 6);  // a hole at page 5
   CHECK(s.exists(d.keys) == 5);
+  {
+    std::unique_ptr<bool[]> have(new bool[12]());
+    CHECK(s.contains(d.keys, {have.get(), 12}) == 11);  // every key but the hole, in any order
+    for (std::size_t p = 0; p < 12; ++p) {
+      CHECK(have[p] == (p != 5));
+    }
+    CHECK_THROWS_AS(s.contains(d.keys, {have.get(), 11}), strata::invalid_argument);
+  }
   CHECK(get_checked(s, d) == 11);
   CHECK(put(s, d) == 12);  // 11 already held
   CHECK(s.stats().pages_present == 11);

@@ -180,6 +180,13 @@ TEST_CASE("pages round-trip through the cluster and the leading ones are found",
   }
   CHECK(s.exists(other.keys) == 5);
   CHECK(get_checked(s, other) == 11);
+  {
+    std::unique_ptr<bool[]> have(new bool[12]());
+    CHECK(s.contains(other.keys, {have.get(), 12}) == 11);  // every key but the hole
+    for (std::size_t p = 0; p < 12; ++p) {
+      CHECK(have[p] == (p != 5));
+    }
+  }
 
   // Rounds smaller than the batch: the same bytes.
   auto o = options({servers.address(1)});

@@ -121,6 +121,24 @@ class keyed_file_store {
   }
 
   /**
+   * @brief Which of `keys` (of any prefixes, in any order) the store holds (`have[i]`, the index
+   *        only); returns how many.
+   * @throw strata::invalid_argument if the spans' sizes differ
+   */
+  std::int64_t contains(std::span<content_key const> keys, std::span<bool> have)
+  {
+    STRATA_EXPECTS(have.size() == keys.size(), "keyed_file_store::contains: ", keys.size(), " keys, ", have.size(),
+                   " flags");
+    std::lock_guard lock{m_};
+    std::int64_t n = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      have[i] = index_.contains(keys[i]);
+      n += have[i] ? 1 : 0;
+    }
+    return n;
+  }
+
+  /**
    * @brief Reads pages into host memory (`dests[i]`: `page_bytes()` bytes each) and says which
    *        arrived intact (`intact[i]`); returns how many did. A page with ids that differ from
    *        those it was stored with is not intact.

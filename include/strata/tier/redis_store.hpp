@@ -16,6 +16,7 @@
 #include <strata/tier/detail/redis/cluster.hpp>
 #include <strata/tier/keyed_store.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -122,6 +123,19 @@ class redis_store {
       ++n;
     }
     return n;
+  }
+
+  /**
+   * @brief Which of `keys` (of any prefixes, in any order) the store holds (`have[i]`); returns
+   *        how many: one pipelined `EXISTS` per key, one round trip per node.
+   * @throw strata::invalid_argument if the spans' sizes differ
+   */
+  std::int64_t contains(std::span<content_key const> keys, std::span<bool> have)
+  {
+    STRATA_EXPECTS(have.size() == keys.size(), "redis_store::contains: ", keys.size(), " keys, ", have.size(),
+                   " flags");
+    held(keys, have);
+    return std::int64_t(std::count(have.begin(), have.end(), true));
   }
 
   /**

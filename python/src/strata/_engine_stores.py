@@ -125,15 +125,12 @@ def leading_pages(file, redis, keys: np.ndarray) -> int:
 
 def held_each(file, redis, keys: np.ndarray) -> List[bool]:
     """Whether a store holds each key (keys of any prompts, in any order): the drives' index, then
-    the cluster for what it lacks."""
-    out = []
-    for i in range(len(keys)):
-        one = np.ascontiguousarray(keys[i:i + 1])
-        held = file is not None and file.exists(one) == 1
-        if not held and redis is not None:
-            held = redis.exists(one) == 1
-        out.append(bool(held))
-    return out
+    the cluster (one pipelined round) for what it lacks."""
+    have = file.contains(keys) if file is not None else np.zeros(len(keys), dtype=bool)
+    if redis is not None and not have.all():
+        miss = np.flatnonzero(~have)
+        have[miss] = redis.contains(np.ascontiguousarray(keys[miss]))
+    return [bool(h) for h in have]
 
 
 def open_stores(o: dict, geometry, namespace: dict):
