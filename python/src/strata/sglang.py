@@ -235,32 +235,29 @@ class StrataHiCacheStorage(HiCacheStorage):
 
     # --- the legacy interface (flat page tensors) -------------------------------------------
 
-    @staticmethod
-    def _flat(t: torch.Tensor):
-        if not t.is_contiguous():
-            raise ValueError("a page tensor must be contiguous")
-        return [t.data_ptr()], [t.numel() * t.element_size()]
-
     def get(self, key: str, target_location: Optional[Any] = None, target_sizes: Optional[Any] = None):
         """Reads one page into ``target_location`` (a flat page tensor); returns it, or ``None``
         when no store has the page intact."""
         return self.batch_get([key], [target_location])[0]
 
     def batch_get(self, keys: List[str], target_locations: Optional[Any] = None, target_sizes: Optional[Any] = None):
+        """Reads pages into flat page tensors in one batch; each is returned, or ``None`` when no
+        store has the page intact (or its tensor is not contiguous)."""
         if target_locations is None or len(target_locations) != len(keys):
             logger.error("strata HiCache batch_get: give one target tensor per key")
             return [None] * len(keys)
-        out = []
-        for key, t in zip(keys, target_locations):
-            try:
-                with self._lock:
-                    ptrs, sizes = self._flat(t)
-                    ok = self._move([key], ptrs, sizes, False)[0]
-            except Exception:
-                logger.exception("strata HiCache get of %s failed", key)
-                ok = False
-            out.append(t if ok else None)
-        return out
+        usable = [i for i, t in enumerate(target_locations) if t.is_contiguous()]
+        ok = [False] * len(keys)
+        try:
+            with self._lock:
+                got = self._move([keys[i] for i in usable], [target_locations[i].data_ptr() for i in usable],
+                                 [target_locations[i].numel() * target_locations[i].element_size() for i in usable],
+                                 False)
+            for i, g in zip(usable, got):
+                ok[i] = g
+        except Exception:
+            logger.exception("strata HiCache batch_get of %d pages failed", len(keys))
+        return [t if good else None for t, good in zip(target_locations, ok)]
 
     def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
             target_sizes: Optional[Any] = None) -> bool:
@@ -268,19 +265,18 @@ class StrataHiCacheStorage(HiCacheStorage):
 
     def batch_set(self, keys: List[str], values: Optional[Any] = None, target_locations: Optional[Any] = None,
                   target_sizes: Optional[Any] = None) -> bool:
+        """Writes flat page tensors in one batch; true when every page is stored."""
         if values is None or len(values) != len(keys):
             logger.error("strata HiCache batch_set: give one value tensor per key")
             return False
-        for key, v in zip(keys, values):
-            try:
-                with self._lock:
-                    ptrs, sizes = self._flat(v.contiguous())
-                    if not self._move([key], ptrs, sizes, True)[0]:
-                        return False
-            except Exception:
-                logger.exception("strata HiCache set of %s failed", key)
-                return False
-        return True
+        pages = [v.contiguous() for v in values]  # kept alive while the stores read them
+        try:
+            with self._lock:
+                return all(self._move(keys, [p.data_ptr() for p in pages],
+                                      [p.numel() * p.element_size() for p in pages], True))
+        except Exception:
+            logger.exception("strata HiCache batch_set of %d pages failed", len(keys))
+            return False
 
     # --- housekeeping -------------------------------------------------------------------------
 
