@@ -133,50 +133,39 @@ class StrataConnector:
         os.eventfd_write(self._efd, 1)
 
     def _split(self, memviews):
-        """Arrays over the memoryviews; which are full pages, which smaller (padded), which too large."""
+        """Arrays over the memoryviews; the objects that fit a page (a larger one is refused) and a
+        zeroed page-sized row for each smaller one; one page-sized region per object that fits."""
         arrays = [np.frombuffer(mv, dtype=np.uint8) for mv in memviews]
-        full = [i for i, a in enumerate(arrays) if a.size == self.page_bytes]
-        small = [i for i, a in enumerate(arrays) if a.size < self.page_bytes]
+        fits = []
         for i, a in enumerate(arrays):
-            if a.size > self.page_bytes:
+            if a.size <= self.page_bytes:
+                fits.append(i)
+            else:
                 logger.error("strata LMCache connector: an object of %d bytes exceeds object_bytes=%d", a.size,
                              self.object_bytes)
-        return arrays, full, small
+        padded = {i: np.zeros(self.page_bytes, dtype=np.uint8) for i in fits if arrays[i].size < self.page_bytes}
+        ptrs = [padded[i].ctypes.data if i in padded else arrays[i].ctypes.data for i in fits]
+        return arrays, fits, padded, ptrs
 
     def _get(self, keys: List[str], memviews: List[memoryview]) -> np.ndarray:
-        k = content_keys_of(keys)
-        arrays, full, small = self._split(memviews)
+        arrays, fits, padded, ptrs = self._split(memviews)
         ok = np.zeros(len(keys), dtype=bool)
-        if full:
-            ok[full] = read_pages(self.file, self.redis, np.ascontiguousarray(k[full]),
-                                  [arrays[i].ctypes.data for i in full], [self.page_bytes] * len(full),
-                                  self.staging_bytes)
-        if small:
-            rows = np.empty((len(small), self.page_bytes), dtype=np.uint8)
-            got = read_pages(self.file, self.redis, np.ascontiguousarray(k[small]),
-                             [rows[j].ctypes.data for j in range(len(small))], [self.page_bytes] * len(small),
-                             self.staging_bytes)
-            for j, i in enumerate(small):
-                if got[j]:
-                    arrays[i][:] = rows[j, : arrays[i].size]
-            ok[small] = got
+        if fits:
+            ok[fits] = read_pages(self.file, self.redis, content_keys_of([keys[i] for i in fits]), ptrs,
+                                  [self.page_bytes] * len(fits), self.staging_bytes)
+        for i, row in padded.items():
+            if ok[i]:
+                arrays[i][:] = row[: arrays[i].size]
         return ok
 
     def _set(self, keys: List[str], memviews: List[memoryview]) -> np.ndarray:
-        k = content_keys_of(keys)
-        arrays, full, small = self._split(memviews)
+        arrays, fits, padded, ptrs = self._split(memviews)
+        for i, row in padded.items():
+            row[: arrays[i].size] = arrays[i]
         ok = np.zeros(len(keys), dtype=bool)
-        if full:
-            ok[full] = write_pages(self.file, self.redis, np.ascontiguousarray(k[full]),
-                                   [arrays[i].ctypes.data for i in full], [self.page_bytes] * len(full),
-                                   self.staging_bytes)
-        if small:
-            rows = np.zeros((len(small), self.page_bytes), dtype=np.uint8)
-            for j, i in enumerate(small):
-                rows[j, : arrays[i].size] = arrays[i]
-            ok[small] = write_pages(self.file, self.redis, np.ascontiguousarray(k[small]),
-                                    [rows[j].ctypes.data for j in range(len(small))],
-                                    [self.page_bytes] * len(small), self.staging_bytes)
+        if fits:
+            ok[fits] = write_pages(self.file, self.redis, content_keys_of([keys[i] for i in fits]), ptrs,
+                                   [self.page_bytes] * len(fits), self.staging_bytes)
         return ok
 
     def _exists(self, keys: List[str]) -> List[bool]:
