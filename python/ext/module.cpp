@@ -936,6 +936,9 @@ void bind_controller(nb::module_& m)
       .def_rw("record_write_backlog_s", &controller_options::record_write_backlog_s,
               "What may be on its way into the file tier at once, in seconds of its write bandwidth; a copy past "
               "it is dropped (0: no bound).")
+      .def_rw("device_pages_by_chunk", &controller_options::device_pages_by_chunk,
+              "Each chunk's begin_loads takes the device pages it computes into (read page_table after every "
+              "begin_loads); False (the default): a request's first chunk takes all of its pages.")
       .def(
           "set_file_tier",
           [](controller_options& o, kv_geometry const& g, double read_bytes_per_s, double write_bytes_per_s) {

@@ -128,6 +128,25 @@ def test_options_and_state(geo):
     assert c.live_requests() == 0 and c.stats().released == 1
 
 
+def test_device_pages_chunk_by_chunk(geo):
+    o = strata.controller_options()
+    assert not o.device_pages_by_chunk  # the default: the first chunk takes all
+    o.device_pages_by_chunk = True
+    e = engine(geo, 16, 16, options=o)
+    c = e.cache
+    c.submit(1, list(range(2000, 2064)), max_new_tokens=16)  # 4 prompt pages of 16 tokens, 1 output page
+    sizes = []
+    for _ in range(4):
+        loads = c.begin_loads(c.schedule(tokens=16))
+        assert [it.new_pages for it in loads.ran] == [1 if len(sizes) < 3 else 2]
+        sizes.append(len(c.page_table(1)))
+        c.complete(loads)
+    assert sizes == [1, 2, 3, 5]  # the last chunk also takes the output's page
+    assert c.device_pages_available() == 11
+    c.release(1)
+    c.check_invariants()
+
+
 def test_rejections_change_nothing(geo):
     e = engine(geo, 8, 8)
     c = e.cache

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -314,6 +315,7 @@ struct engine_run {
       o.records_by_cost = false;
     }
     o.delay_hit_tokens = 8;
+    o.device_pages_by_chunk = seed / 5 % 2 == 1;  // each chunk its pages, or the first chunk all
     return o;
   }
 
@@ -394,8 +396,17 @@ struct engine_run {
       verify(s.id.value, cached);
       start_computing(s.id.value, cached);
     }
-    for (auto const& it : h.ran) {
-      if (it.last_chunk) { live.at(it.id.value).prefilled = true; }
+    for (auto const& it : h.ran) {  // the page table covers the chunk; after the last, the output too
+      req& r = live.at(it.id.value);
+      std::size_t const table = cache.page_table(it.id).size();
+      std::size_t const end =
+          std::size_t((it.context_tokens + it.chunk_tokens + geo.page_tokens - 1) / geo.page_tokens);
+      CHECK(table >= end);
+      if (it.last_chunk || !cache.options().device_pages_by_chunk) {
+        CHECK(table == std::size_t((std::int64_t(r.tokens.size()) + geo.page_tokens - 1) / geo.page_tokens +
+                                   (r.max_new + geo.page_tokens - 1) / geo.page_tokens));
+      }
+      if (it.last_chunk) { r.prefilled = true; }
     }
     if (rng() % 2 == 0) { (void)cache.complete(h); }
   }
@@ -663,6 +674,84 @@ TEST_CASE("controller: copies that land late, out of order, or fail never serve 
   bool const quick = std::getenv("STRATA_TEST_QUICK") != nullptr;
   random_loops<deferred_policies<layer_first>>(quick ? 500 : 5000, 60);
   random_loops<deferred_file_policies>(quick ? 500 : 5000, 60);
+}
+
+TEST_CASE("controller: device pages come chunk by chunk, and a request starts only if its table fits",
+          "[cpu][controller]")
+{
+  auto const fresh = [](std::int32_t from, std::size_t n) {
+    tokens_t t(n);
+    std::iota(t.begin(), t.end(), from);
+    return t;
+  };
+  auto const run_chunk = [](engine_run<>& e, std::int64_t budget) {
+    auto const plan = e.cache.schedule({budget, 0, 0, 0});
+    auto h = e.cache.begin_loads(plan);
+    for (auto const& it : h.ran) {
+      if (it.last_chunk) { e.live.at(it.id.value).prefilled = true; }
+    }
+    (void)e.cache.complete(h);
+    return h;
+  };
+  // A 16-page pool; A: 40 prompt tokens (10 pages of 4) and 4 output tokens (1 page): 11 pages.
+  engine_run e{5, 16, 64, write_policy::write_through, false};
+  REQUIRE(e.cache.options().device_pages_by_chunk);  // seed 5
+  tokens_t const a = fresh(100000, 40), b = fresh(200000, 20);
+  e.cache.submit({request_id{1}, a, 0, 4, 0.0});
+  e.live[1] = {a, 4};
+  SECTION("each chunk takes the pages it computes into; the last one the output's too")
+  {
+    std::vector<std::size_t> sizes;
+    for (int round = 0; round < 5; ++round) {
+      auto const h = run_chunk(e, 8);
+      REQUIRE(h.ran.size() == 1);
+      sizes.push_back(e.cache.page_table(request_id{1}).size());
+      CHECK(e.cache.device_pages_available() == 16 - std::int64_t(sizes.back()));
+      e.check();
+    }
+    CHECK(sizes == std::vector<std::size_t>{2, 4, 6, 8, 11});
+    e.finish_one();  // the pages it computed are the right ones, and enter the index
+    e.cache.release(request_id{1});
+    e.check();
+  }
+  SECTION("a request whose whole table does not fit beside a started prefill's waits, free pages or not")
+  {
+    (void)run_chunk(e, 8);                          // A holds 2 pages, reserves 11
+    e.cache.submit({request_id{2}, b, 0, 4, 0.0});  // B: 5 + 1 pages; 16 - 11 = 5 unreserved
+    e.live[2] = {b, 4};
+    auto const plan = e.cache.schedule({64, 0, 0, 0});
+    REQUIRE(plan.prefills.size() == 1);
+    CHECK(plan.prefills[0].id == request_id{1});
+    REQUIRE(plan.deferred.size() == 1);
+    CHECK(plan.deferred[0].reason == deferral_reason::memory);
+    auto h = e.cache.begin_loads(plan);
+    CHECK(e.cache.page_table(request_id{1}).size() == 11);  // A's last chunk
+    e.live.at(1).prefilled = true;
+    (void)e.cache.complete(h);
+    e.finish_one();  // A decodes: it reserves nothing now, but holds 11 pages until released
+    CHECK(run_chunk(e, 64).started.empty());
+    e.cache.release(request_id{1});
+    e.live.erase(1);
+    auto const next = run_chunk(e, 64);
+    REQUIRE(next.started.size() == 1);
+    CHECK(next.started[0].id == request_id{2});
+    CHECK(e.cache.page_table(request_id{2}).size() == 6);
+    e.check();
+  }
+  SECTION("without device_pages_by_chunk the first chunk takes every page")
+  {
+    engine_memory memory{16};
+    auto o = engine_run<>::options(write_policy::write_through, 3);
+    o.device_pages_by_chunk = false;
+    controller c{controller::tiers_type{device_pool<layer_first>{memory.layout(16)}, host_pool{geo, 64}}, o,
+                 strata_scheduler{}};
+    c.submit({request_id{1}, a, 0, 4, 0.0});
+    auto h = c.begin_loads(c.schedule({8, 0, 0, 0}));
+    REQUIRE(h.ran.size() == 1);
+    CHECK(c.page_table(request_id{1}).size() == 11);
+    CHECK(c.device_pages_available() == 5);
+    c.check_invariants();
+  }
 }
 
 TEST_CASE("controller: bad input is rejected and changes nothing", "[cpu][controller]")
@@ -1229,15 +1318,17 @@ TEST_CASE("controller: a file-tier record that fails to read leaves the index al
       }
       tokens_t const t = st.id.value == 2 ? q(1) : q(2);
       auto const table = cache.page_table(st.id);
-      for (std::int64_t p = 0; p < std::int64_t(t.size()) / geo.page_tokens; ++p) {
-        if (p < cached) {
-          REQUIRE(page_ok(pool, t, p, table[std::size_t(p)]));
-        } else {
-          write_page(pool, t, p, table[std::size_t(p)]);
-        }
+      for (std::int64_t p = 0; p < cached; ++p) {
+        REQUIRE(page_ok(pool, t, p, table[std::size_t(p)]));
       }
     }
-    for (auto const& it : h.ran) {  // chunked prefills finish with their last chunk
+    for (auto const& it : h.ran) {  // each chunk computes its pages; prefills finish with their last
+      tokens_t const t = it.id.value == 2 ? q(1) : q(2);
+      auto const table = cache.page_table(it.id);
+      std::int64_t const end = std::min<std::int64_t>(it.context_tokens + it.chunk_tokens, std::int64_t(t.size()));
+      for (std::int64_t p = it.context_tokens / geo.page_tokens; p < end / geo.page_tokens; ++p) {
+        write_page(pool, t, p, table.at(std::size_t(p)));
+      }
       if (!it.last_chunk) { continue; }
       (void)cache.finish_prefill(it.id);
       cache.release(it.id);

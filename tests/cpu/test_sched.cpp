@@ -472,22 +472,49 @@ TEST_CASE("every strategy keeps to the token budget and the device memory", "[cp
       seq.push_back(std::int32_t(9000000 + i));
       f.wait(seq, std::int64_t(seq.size()) * 32 - std::int64_t(rng() % 31));
       if (rng() % 4 == 0) {
-        f.waiting.back().started = true;
-        f.waiting.back().prefilled_tokens = f.waiting.back().prompt_tokens / 2;
+        waiting_request& w = f.waiting.back();
+        w.started = true;
+        w.prefilled_tokens = w.prompt_tokens / 2;
+        w.table_pages = (w.prefilled_tokens + 31) / 32;  // its prefix and the chunks that ran
       }
     }
     std::int64_t const budget = 1 + std::int64_t(rng() % 16384);
     auto v = f.view(budget, std::int64_t(rng() % 8));
     v.device_pages_available = std::int64_t(rng() % 5000);
+    v.pages_by_chunk = trial % 2 == 1;
+    if (v.pages_by_chunk) { v.device_pages_unreserved = std::int64_t(rng() % 8000); }
     auto check = [&](batch_plan const& p, char const* name) {
-      INFO(name << " trial " << trial << " budget " << budget);
+      INFO(name << " trial " << trial << " budget " << budget << " by chunk " << v.pages_by_chunk);
       CHECK(p.tokens() <= budget);
-      std::int64_t mem = 0;
+      std::int64_t mem = 0, reserved = 0;
+      bool started_short = false;  // a prefill under way that lacked pages: no new request may start
+      std::vector<char> planned(v.waiting.size(), 0);
       for (auto const& it : p.prefills) {
         CHECK(it.chunk_tokens > 0);
-        mem += it.first_chunk ? it.new_pages : 0;
+        planned[it.index] = 1;
+        mem += it.new_pages;
+        waiting_request const& w = v.waiting[it.index];
+        std::int64_t const output_pages = (w.output_tokens + 31) / 32;
+        if (it.first_chunk) {
+          reserved += v.pages_by_chunk ? (w.prompt_tokens + 31) / 32 + output_pages : 0;
+          continue;
+        }
+        // A later chunk adds the pages up to its end it lacks (the output's with the last), by chunk only.
+        std::int64_t const end = w.prefilled_tokens + it.chunk_tokens;
+        std::int64_t const want =
+            std::max<std::int64_t>(0, (end + 31) / 32 - w.table_pages) + (end == w.prompt_tokens ? output_pages : 0);
+        CHECK(it.new_pages == (v.pages_by_chunk ? want : 0));
+        started_short = started_short || (end < w.prompt_tokens && p.tokens() < budget);
+      }
+      for (std::size_t i = 0; i < v.waiting.size(); ++i) {
+        started_short = started_short || (v.waiting[i].started && !planned[i] && p.tokens() < budget);
       }
       CHECK(mem <= v.device_pages_available);
+      CHECK(reserved <= v.device_pages_unreserved);
+      if (started_short) {
+        CHECK(v.pages_by_chunk);
+        CHECK(std::none_of(p.prefills.begin(), p.prefills.end(), [](auto const& it) { return it.first_chunk; }));
+      }
       std::vector<std::size_t> seen;  // no request both planned and deferred, none twice
       for (auto const& it : p.prefills) {
         seen.push_back(it.index);
@@ -504,6 +531,57 @@ TEST_CASE("every strategy keeps to the token budget and the device memory", "[cp
     check(plan_batch(sjf{}, v, f.tree), "sjf");
     check(plan_batch(srpt{}, v, f.tree), "srpt");
     check(plan_batch(strata_scheduler{}, v, f.tree), "strata");
+  }
+}
+
+TEST_CASE("by chunk, a prefill under way gets its pages before any new request", "[cpu][sched]")
+{
+  // A: 320 prompt tokens (10 pages), 9 computed, table of 10 pages; its last chunk needs its output's
+  // page too. B: a new 32-token prompt needing 1 page and 1 for its output.
+  fixture f;
+  f.wait(pages(100, 10), 320);
+  f.waiting[0].started = true;
+  f.waiting[0].prefilled_tokens = 300;
+  f.waiting[0].table_pages = 10;
+  f.waiting[0].output_tokens = 96;  // 3 pages
+  f.wait(pages(200, 1), 32);
+  auto v = f.view();
+  v.pages_by_chunk = true;
+  auto const plans = [&] {
+    return std::vector<batch_plan>{plan_batch(fifo{}, v, f.tree), plan_batch(srpt{}, v, f.tree),
+                                   plan_batch(longest_prefix{}, v, f.tree), plan_batch(strata_scheduler{}, v, f.tree),
+                                   plan_batch(strata_scheduler{strata_options{.balance = false}}, v, f.tree)};
+  };
+  SECTION("enough pages: A's last chunk takes its output's, B starts")
+  {
+    v.device_pages_available = 5;
+    for (auto const& p : plans()) {
+      REQUIRE(p.prefills.size() == 2);  // (strata's balance puts the short B first)
+      auto const& a = p.prefills[p.prefills[0].id == request_id{1} ? 0 : 1];
+      auto const& b = p.prefills[p.prefills[0].id == request_id{1} ? 1 : 0];
+      CHECK(a.id == request_id{1});
+      CHECK(a.last_chunk);
+      CHECK(a.new_pages == 3);
+      CHECK(b.new_pages == 2);
+    }
+  }
+  SECTION("too few for A's output: A stops a token short, and B, though its pages are free, waits")
+  {
+    v.device_pages_available = 2;
+    for (auto const& p : plans()) {
+      REQUIRE(p.prefills.size() == 1);
+      CHECK(p.prefills[0].chunk_tokens == 19);
+      CHECK(p.prefills[0].new_pages == 0);
+      REQUIRE(p.deferred.size() == 1);
+      CHECK(p.deferred[0].reason == deferral_reason::memory);
+    }
+  }
+  SECTION("B's whole table does not fit what A left unreserved: it waits")
+  {
+    v.device_pages_unreserved = 1;
+    for (auto const& p : plans()) {
+      CHECK(ids_of(p) == std::vector<request_id>{request_id{1}});
+    }
   }
 }
 

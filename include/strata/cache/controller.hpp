@@ -133,10 +133,11 @@ class cache_controller {
 
   /**
    * @brief Carries out `plan` (the last `schedule`'s): holds device pages for each first chunk
-   *        (evicting under pressure), locks cached prefixes, submits the loads of the whole batch in
-   *        one executor submission on `stream`, and advances every item's prefill. First chunks that
-   *        find no device memory, whose prefix another request began computing since the plan was
-   *        made, or whose cached node is gone, are skipped (they wait for a later round).
+   *        (with `controller_options::device_pages_by_chunk`, for every chunk: later chunks first;
+   *        evicting under pressure), locks cached prefixes, submits the loads of the whole batch in
+   *        one executor submission on `stream`, and advances every item's prefill. Chunks that
+   *        find no device memory, first chunks whose prefix another request began computing since
+   *        the plan was made or whose cached node is gone, are skipped (they wait for a later round).
    * @throw strata::invalid_argument for a plan that is not the last one scheduled, or one already
    *        begun, or a stream the executor refuses (another device's); nothing changes then
    */
@@ -161,7 +162,9 @@ class cache_controller {
   /**
    * @brief The request's device pages: one per whole prompt page (cached, loaded or to compute),
    *        then pages for the partial last page and `max_new_tokens`. Valid from `begin_loads`
-   *        on; `finish_prefill` may swap computed duplicates for the index's equal pages.
+   *        on; `finish_prefill` may swap computed duplicates for the index's equal pages. With
+   *        `controller_options::device_pages_by_chunk` it holds the pages of the chunks begun so
+   *        far (all of them once the last chunk began): read it after every `begin_loads`.
    * @throw strata::invalid_argument for an unknown request or one not started
    */
   [[nodiscard]] std::vector<std::int64_t> page_table(request_id id) const;
@@ -263,6 +266,9 @@ class cache_controller {
   void release_device(std::span<std::int64_t const> pages);
   /// Starts a first chunk: holds its pages, orders its loads. False without memory.
   bool start(prefill_item const& it, stream_type stream, load_handle_type& h, std::vector<copy_order>& loads);
+  /// A later chunk's pages (`device_pages_by_chunk`). False without memory.
+  bool extend(prefill_item const& it, stream_type stream);
+  void hold(state& s, waiting_request& w, std::span<std::int64_t const> pages);
 
   // -- prefetch --
   void prefetch(state& s, stream_type stream);

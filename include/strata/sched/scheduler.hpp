@@ -13,6 +13,7 @@
 #include <array>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -27,9 +28,12 @@ struct waiting_request {
   std::int64_t output_tokens = 0;        ///< tokens to generate
   std::int64_t prefilled_tokens = 0;     ///< tokens already cached or computed (prefill under way)
   std::int64_t cached_tokens = 0;        ///< tokens found cached when its prefill started
-  bool started = false;                  ///< its first chunk ran (loads done, device pages held)
-  int deferrals = 0;                     ///< rounds it was passed over
-  bool delay_hit_deferred = false;       ///< last passed over for a delay hit: goes first next round
+  /// Device pages its page table holds (prefill under way): its cached prefix and the pages of the
+  /// chunks that ran (`scheduler_view::pages_by_chunk`; all of them otherwise).
+  std::int64_t table_pages = 0;
+  bool started = false;             ///< its first chunk ran (loads done, device pages held)
+  int deferrals = 0;                ///< rounds it was passed over
+  bool delay_hit_deferred = false;  ///< last passed over for a delay hit: goes first next round
 };
 
 /// @brief Why a request was passed over this round.
@@ -49,7 +53,7 @@ struct prefill_item {
   std::int64_t context_tokens = 0;                    ///< tokens before the chunk (cached or computed)
   std::int64_t cached_tokens = 0;                     ///< prefix found cached (first chunk)
   std::array<std::int64_t, tier_count> load_pages{};  ///< pages to load from each tier (first chunk)
-  std::int64_t new_pages = 0;                         ///< device pages the request needs (first chunk)
+  std::int64_t new_pages = 0;                         ///< device pages the chunk adds to its page table
   bool first_chunk = false;                           ///< its loads run now
   bool last_chunk = false;                            ///< its first token comes out of this batch
   node_ref cached_node{};  ///< deepest cached node (first chunk), ending where the prefix ends: set by the final match
@@ -104,6 +108,15 @@ struct scheduler_view {
   std::int64_t page_tokens = 32;            ///< real tokens per page
   std::int64_t token_budget = 8192;         ///< most tokens computed per batch
   std::int64_t device_pages_available = 0;  ///< free device pages plus those eviction could free
+  /// Device pages no prefill under way has reserved: the pool's size less the whole page tables
+  /// (held or still to come) of the requests with chunks left. With `pages_by_chunk` a request
+  /// starts only if its whole table fits here, so every prefill started can finish, whatever else
+  /// runs (the default: no bound).
+  std::int64_t device_pages_unreserved = std::numeric_limits<std::int64_t>::max();
+  /// Each chunk takes the device pages it computes into (the last one, the output's too), as SGLang
+  /// and vLLM allocate (`controller_options::device_pages_by_chunk`); false: a request's first
+  /// chunk takes all of its pages.
+  bool pages_by_chunk = false;
   std::int64_t running_sequences = 0;       ///< requests decoding
   std::int64_t running_context_tokens = 0;  ///< their context
   std::int64_t running_max_remaining = 0;   ///< most decode steps any of them still needs

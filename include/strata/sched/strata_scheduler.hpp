@@ -245,6 +245,16 @@ class strata_scheduler {
     }
     bool const others_waiting = long_waiting;                   // for the balance share
     bool const not_overdue_waiting = n_overdue < order.size();  // for the deadline share
+    // Pages the chunked prefills under way will take this round (at most a full budget's chunk
+    // each), kept from the new requests ordered before them: freed pages go to them first.
+    std::int64_t unreserved = v.device_pages_unreserved, owed = 0;
+    std::vector<std::int64_t> owes(v.waiting.size(), 0);
+    if (v.pages_by_chunk) {
+      for (std::size_t i : started) {
+        owes[i] = size_item(v, i, v.token_budget).new_pages;
+        owed += owes[i];
+      }
+    }
     bool memory_full = false;
     std::vector<std::size_t> capped;
     for (std::size_t i : order) {
@@ -273,15 +283,23 @@ class strata_scheduler {
         capped.push_back(i);  // may still get what the long ones leave
         continue;
       }
-      prefill_item it = size_item(v, i, cap, r.started ? nullptr : &matches[i]);
-      if (!r.started) { it.probe = &kept[i]->probe; }
-      if (it.first_chunk && it.new_pages > memory) {
+      if (r.started) {  // sized by the pages it can have; short of them, new requests wait
+        prefill_item const it = size_item(v, i, cap, nullptr, memory);
+        owed -= owes[i];
+        memory_full = memory_full || it.chunk_tokens < std::min(cap, r.prompt_tokens - r.prefilled_tokens);
+        if (it.chunk_tokens > 0) { add_item(v, plan, it, budget, memory, loads); }
+        continue;
+      }
+      prefill_item it = size_item(v, i, cap, &matches[i]);
+      it.probe = &kept[i]->probe;
+      if (!fits(v, it, memory - owed, unreserved)) {
         memory_full = true;
         plan.deferred.push_back({i, r.id, deferral_reason::memory, {}});
         continue;
       }
       if (is_short) { short_used += it.chunk_tokens; }
       if (is_overdue) { overdue_used += it.chunk_tokens; }
+      unreserved -= reserved_pages(v, it);
       add_item(v, plan, it, budget, memory, loads);
     }
     // Budget the long ones left unused goes to the short ones that were capped.
@@ -289,11 +307,12 @@ class strata_scheduler {
       waiting_request const& r = v.waiting[i];
       prefill_item it = budget > 0 && !memory_full ? size_item(v, i, budget, &matches[i]) : prefill_item{};
       it.probe = &kept[i]->probe;
-      if (budget <= 0 || memory_full || it.new_pages > memory) {
-        memory_full = memory_full || (budget > 0 && it.new_pages > memory);
+      if (budget <= 0 || memory_full || !fits(v, it, memory, unreserved)) {
+        memory_full = memory_full || budget > 0;
         plan.deferred.push_back({i, r.id, budget <= 0 ? deferral_reason::budget : deferral_reason::memory, {}});
         continue;
       }
+      unreserved -= reserved_pages(v, it);
       add_item(v, plan, it, budget, memory, loads);
     }
     if (options_.balance) { trim_loads(v, plan, loads); }

@@ -11,10 +11,12 @@
  * batch_plan schedule(scheduler_view const& v) {   // a strategy's proposal
  *   batch_plan plan;
  *   std::int64_t budget = v.token_budget, memory = v.device_pages_available;
+ *   std::int64_t unreserved = v.device_pages_unreserved;
  *   std::array<std::int64_t, tier_count> loads{};
- *   for (std::size_t i : my_order) {
- *     prefill_item it = size_item(v, i, budget);
- *     if (it.new_pages > memory) break;
+ *   for (std::size_t i : my_order) {  // prefills under way first: they hold pages already
+ *     prefill_item it = size_item(v, i, budget, nullptr, memory);
+ *     if (it.chunk_tokens == 0 || !fits(v, it, memory, unreserved)) break;
+ *     unreserved -= reserved_pages(v, it);
  *     add_item(v, plan, it, budget, memory, loads);
  *   }
  *   return plan;
@@ -28,6 +30,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -94,7 +97,8 @@ inline double remaining_work_s(scheduler_view const& v, std::size_t i, match_res
   return v.costs->load_s(load_pages_of(v, c)) + v.costs->prefill_s(v.waiting[i].prompt_tokens - cached, cached);
 }
 
-/// @brief Device pages a request's first chunk takes: its uncached prompt pages (the partial tail
+/// @brief Device pages a request's first chunk takes when it takes all of them
+///        (`scheduler_view::pages_by_chunk` false): its uncached prompt pages (the partial tail
 ///        included), the cached pages loaded from lower tiers, and its output's pages.
 inline std::int64_t first_chunk_pages(std::int64_t prompt_tokens, std::int64_t output_tokens, std::int64_t cached_pages,
                                       std::int64_t loaded_pages, std::int64_t page_tokens)
@@ -103,19 +107,54 @@ inline std::int64_t first_chunk_pages(std::int64_t prompt_tokens, std::int64_t o
          (output_tokens + page_tokens - 1) / page_tokens;
 }
 
-/// @brief Sizes a request's next chunk (at most `budget` tokens) from a probe of the index (`known`
-///        if the caller already probed): no use is counted until `match_plan`.
+/// @brief Pages of a request's whole page table: every prompt page (the partial tail included) and
+///        its output's. What it reserves once started (`scheduler_view::device_pages_unreserved`).
+inline std::int64_t table_pages(std::int64_t prompt_tokens, std::int64_t output_tokens, std::int64_t page_tokens)
+{ return (prompt_tokens + page_tokens - 1) / page_tokens + (output_tokens + page_tokens - 1) / page_tokens; }
+
+/// @brief Pages a chunk that computes the prompt up to token `end` adds to a page table of `held`
+///        pages (its cached prefix and earlier chunks' pages): the prompt pages up to `end` it lacks,
+///        and at the last chunk (`end == prompt_tokens`) the output's.
+inline std::int64_t chunk_pages(std::int64_t prompt_tokens, std::int64_t output_tokens, std::int64_t held,
+                                std::int64_t end, std::int64_t page_tokens)
+{
+  std::int64_t const prompt_pages = (end + page_tokens - 1) / page_tokens;
+  return std::max<std::int64_t>(0, prompt_pages - held) +
+         (end == prompt_tokens ? (output_tokens + page_tokens - 1) / page_tokens : 0);
+}
+
+/**
+ * @brief Sizes a request's next chunk (at most `budget` tokens) from a probe of the index (`known`
+ *        if the caller already probed): no use is counted until `match_plan`.
+ *
+ * A chunked prefill under way takes no loads; with `scheduler_view::pages_by_chunk` its chunk also
+ * stops where its new pages would pass `memory` (0 tokens: none fit). A first chunk is sized by the
+ * budget alone: whether its pages fit is the caller's check (`fits`).
+ */
 inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64_t budget,
-                              match_result const* known = nullptr)
+                              match_result const* known = nullptr,
+                              std::int64_t memory = std::numeric_limits<std::int64_t>::max())
 {
   waiting_request const& r = v.waiting[i];
   prefill_item it;
   it.index = i;
   it.id = r.id;
-  if (r.started) {  // a chunked prefill under way: no loads, no new pages
-    it.chunk_tokens = std::min(budget, r.prompt_tokens - r.prefilled_tokens);
+  if (r.started) {  // a chunked prefill under way: no loads
+    std::int64_t end = r.prefilled_tokens + std::min(budget, r.prompt_tokens - r.prefilled_tokens);
+    if (v.pages_by_chunk) {
+      auto const pages = [&](std::int64_t e) {
+        return chunk_pages(r.prompt_tokens, r.output_tokens, r.table_pages, e, v.page_tokens);
+      };
+      if (pages(end) > memory) {  // as far as the pages it can have; the last token waits for the output's
+        std::int64_t const reach =
+            std::min(r.table_pages + memory, std::numeric_limits<std::int64_t>::max() / v.page_tokens);
+        end = std::max(r.prefilled_tokens, std::min({end, r.prompt_tokens - 1, reach * v.page_tokens}));
+      }
+      it.new_pages = pages(end);
+    }
+    it.chunk_tokens = end - r.prefilled_tokens;
     it.context_tokens = r.prefilled_tokens;
-    it.last_chunk = r.prefilled_tokens + it.chunk_tokens == r.prompt_tokens;
+    it.last_chunk = end == r.prompt_tokens;
     return it;
   }
   prefix_choice const choice = choose_prefix(v, i, known != nullptr ? *known : v.tree->probe(r.tokens));
@@ -132,9 +171,26 @@ inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64
   for (auto p : it.load_pages) {
     loads += p;
   }
-  it.new_pages = first_chunk_pages(r.prompt_tokens, r.output_tokens, cached_pages, loads, v.page_tokens);
+  it.new_pages = v.pages_by_chunk
+                     ? loads + chunk_pages(r.prompt_tokens, r.output_tokens, cached_pages,
+                                           it.cached_tokens + it.chunk_tokens, v.page_tokens)
+                     : first_chunk_pages(r.prompt_tokens, r.output_tokens, cached_pages, loads, v.page_tokens);
   return it;
 }
+
+/// @brief Pages of the waiting request's whole page table, reserved when it starts (0 when it
+///        has started already, or without `scheduler_view::pages_by_chunk`).
+inline std::int64_t reserved_pages(scheduler_view const& v, prefill_item const& it)
+{
+  waiting_request const& r = v.waiting[it.index];
+  return it.first_chunk && v.pages_by_chunk ? table_pages(r.prompt_tokens, r.output_tokens, v.page_tokens) : 0;
+}
+
+/// @brief Whether a plan with `memory` device pages left and `unreserved` pages not reserved can
+///        take item `it`: its new pages fit, and a first chunk's whole page table fits what no
+///        prefill under way has reserved (so that every started prefill can finish).
+inline bool fits(scheduler_view const& v, prefill_item const& it, std::int64_t memory, std::int64_t unreserved)
+{ return it.new_pages <= memory && reserved_pages(v, it) <= unreserved; }
 
 /// @brief Predicted compute seconds of a plan item.
 inline double item_compute_s(scheduler_view const& v, prefill_item const& it)
@@ -150,7 +206,7 @@ inline void add_item(scheduler_view const& v, batch_plan& plan, prefill_item con
 {
   plan.prefills.push_back(it);
   budget -= it.chunk_tokens;
-  memory -= it.first_chunk ? it.new_pages : 0;
+  memory -= it.new_pages;
   for (std::size_t t = 0; t < tier_count; ++t) {
     loads[t] += it.first_chunk ? it.load_pages[t] : 0;
   }
@@ -202,15 +258,22 @@ inline batch_plan match_plan(hiradix_tree& tree, scheduler_view const& v, batch_
 /**
  * @brief The fill both baselines use: chunked prefills under way first, then `order`; stops at the
  *        first request that does not fit in memory (head-of-line, as SGLang's prefill adder does)
- *        or when the budget is spent (the last request may get a partial chunk).
+ *        or when the budget is spent (the last request may get a partial chunk). A prefill under
+ *        way that lacks device pages for its chunk holds every new request back: pages that free
+ *        up go to it first.
  */
 inline batch_plan fill_in_order(scheduler_view const& v, std::vector<std::size_t> const& order)
 {
   batch_plan plan;
-  std::int64_t budget = v.token_budget, memory = v.device_pages_available;
+  std::int64_t budget = v.token_budget, memory = v.device_pages_available, unreserved = v.device_pages_unreserved;
   std::array<std::int64_t, tier_count> loads{};
+  bool blocked = false;
   for (std::size_t i = 0; i < v.waiting.size() && budget > 0; ++i) {
-    if (v.waiting[i].started) { add_item(v, plan, size_item(v, i, budget), budget, memory, loads); }
+    waiting_request const& r = v.waiting[i];
+    if (!r.started) { continue; }
+    prefill_item const it = size_item(v, i, budget, nullptr, memory);
+    blocked = blocked || it.chunk_tokens < std::min(budget, r.prompt_tokens - r.prefilled_tokens);
+    if (it.chunk_tokens > 0) { add_item(v, plan, it, budget, memory, loads); }
   }
   for (std::size_t n = 0; n < order.size(); ++n) {
     std::size_t const i = order[n];
@@ -220,7 +283,7 @@ inline batch_plan fill_in_order(scheduler_view const& v, std::vector<std::size_t
       continue;
     }
     prefill_item const it = size_item(v, i, budget);
-    if (it.new_pages > memory) {
+    if (blocked || !fits(v, it, memory, unreserved)) {
       for (std::size_t m = n; m < order.size(); ++m) {
         if (!v.waiting[order[m]].started) {
           plan.deferred.push_back({order[m], v.waiting[order[m]].id, deferral_reason::memory, {}});
@@ -228,6 +291,7 @@ inline batch_plan fill_in_order(scheduler_view const& v, std::vector<std::size_t
       }
       break;
     }
+    unreserved -= reserved_pages(v, it);
     add_item(v, plan, it, budget, memory, loads);
   }
   return plan;

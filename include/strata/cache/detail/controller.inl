@@ -123,6 +123,14 @@ batch_plan cache_controller<Policies>::schedule(schedule_budget const& budget)
   v.page_tokens = page_tokens();
   v.token_budget = budget.tokens;
   v.device_pages_available = device_pages_available_locked();
+  v.pages_by_chunk = options_.device_pages_by_chunk;
+  if (v.pages_by_chunk) {  // the whole page tables of the prefills under way are theirs
+    std::int64_t reserved = 0;
+    for (auto const& w : waiting_) {
+      reserved += w.started ? table_pages(w.prompt_tokens, w.output_tokens, page_tokens()) : 0;
+    }
+    v.device_pages_unreserved = tiers_.capacity(tier::device) - reserved;
+  }
   v.running_sequences = budget.running_sequences;
   v.running_context_tokens = budget.running_context_tokens;
   v.running_max_remaining = budget.running_max_remaining;
@@ -168,12 +176,22 @@ auto cache_controller<Policies>::begin_loads(batch_plan const& plan, stream_type
     if (it.first_chunk && tree_.alive(it.cached_node)) { tree_.lock(it.cached_node, tier::device); }
   }
   std::vector<copy_order> loads;
-  for (auto const& it : items) {
-    if (it.first_chunk && !tree_.alive(it.cached_node)) {
+  // Chunks of prefills under way take their pages first: pages go to them before new requests.
+  std::vector<char> extended(items.size(), 0);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    extended[i] = !items[i].first_chunk && extend(items[i], stream);
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    prefill_item const& it = items[i];
+    if (!it.first_chunk) {
+      (extended[i] ? h.ran : h.skipped).push_back(it);
+      continue;
+    }
+    if (!tree_.alive(it.cached_node)) {
       h.skipped.push_back(it);
       continue;
     }
-    if (it.first_chunk && !start(it, stream, h, loads)) {
+    if (!start(it, stream, h, loads)) {
       tree_.unlock(it.cached_node, tier::device);
       h.skipped.push_back(it);
       continue;

@@ -102,9 +102,14 @@ bool cache_controller<Policies>::start(prefill_item const& it, stream_type strea
     if (registry_.computed_elsewhere(keys, page_tokens(), options_.delay_hit_tokens)) { return false; }
     mark(w.id, s);
   }
-  std::int64_t const computed = whole_pages(s) - cached;
-  // Loaded pages, then computed whole pages, then the partial tail and the output (`extra`).
-  auto pages = allocate(first_chunk_pages(s.prompt_tokens, s.max_new_tokens, cached, to_load, page_tokens()));
+  // Loaded pages, then the pages the chunk computes into (all of the request's without
+  // `device_pages_by_chunk`: the whole prompt's, the partial tail and the output).
+  std::int64_t const pt = page_tokens();
+  std::int64_t const own =
+      options_.device_pages_by_chunk
+          ? chunk_pages(s.prompt_tokens, s.max_new_tokens, cached, it.cached_tokens + it.chunk_tokens, pt)
+          : first_chunk_pages(s.prompt_tokens, s.max_new_tokens, cached, 0, pt);
+  auto pages = allocate(to_load + own);
   log_.submit_queued(executor_, tiers_, tree_, stream, /*device_sources=*/true);
   if (!pages) { return false; }
   // Cached pages below its prefix that the plan chose to recompute (`prefill_item::prefix_pages`:
@@ -142,18 +147,45 @@ bool cache_controller<Policies>::start(prefill_item const& it, stream_type strea
   }
   h.started.push_back(st);
   s.cached_pages = cached;
-  s.computed.assign(pages->begin() + to_load, pages->begin() + to_load + computed);
-  s.extra.assign(pages->begin() + to_load + computed, pages->end());
   s.node = it.cached_node;
   s.locked = true;
   s.at = stage::prefilling;
   s.prefix = tree_.path_pages(it.cached_node, tier::device, /*arriving_too=*/true);
+  hold(s, w, std::span<std::int64_t const>{*pages}.subspan(std::size_t(to_load)));
   if (s.transient_pages > 0) { tree_.mark_in_flight(w.id); }
   w.started = true;
   w.cached_tokens = it.cached_tokens;
   w.prefilled_tokens = it.cached_tokens;  // the chunks compute the rest
   w.delay_hit_deferred = false;
   return true;
+}
+
+/// The next chunk of a prefill under way takes the pages it computes into (`device_pages_by_chunk`).
+/// False without memory.
+template <cache_policies Policies>
+bool cache_controller<Policies>::extend(prefill_item const& it, stream_type stream)
+{
+  if (!options_.device_pages_by_chunk) { return true; }
+  waiting_request& w = waiting_[it.index];
+  state& s = *waiting_state_[it.index];
+  std::int64_t const end = std::min(w.prompt_tokens, w.prefilled_tokens + it.chunk_tokens);
+  auto pages = allocate(chunk_pages(s.prompt_tokens, s.max_new_tokens, w.table_pages, end, page_tokens()));
+  log_.submit_queued(executor_, tiers_, tree_, stream, /*device_sources=*/true);
+  if (!pages) { return false; }
+  hold(s, w, *pages);
+  return true;
+}
+
+/// Appends new pages to a request's page table: whole prompt pages it computes first, then the
+/// partial tail and the output (`extra`).
+template <cache_policies Policies>
+void cache_controller<Policies>::hold(state& s, waiting_request& w, std::span<std::int64_t const> pages)
+{
+  std::size_t const computed = std::size_t(whole_pages(s) - s.cached_pages);
+  for (auto p : pages) {
+    (s.computed.size() < computed ? s.computed : s.extra).push_back(p);
+  }
+  w.table_pages = std::int64_t(s.prefix.size() + s.computed.size() + s.extra.size());
 }
 
 // --- prefetch ---------------------------------------------------------------------------------------
@@ -446,7 +478,7 @@ void cache_controller<Policies>::requeue(request_id id)
   mark(id, s);
   if (was_waiting) {
     for (auto& w : waiting_) {
-      if (w.id == id) { w.started = false, w.prefilled_tokens = 0, w.cached_tokens = 0; }
+      if (w.id == id) { w.started = false, w.prefilled_tokens = 0, w.cached_tokens = 0, w.table_pages = 0; }
     }
   } else {
     waiting_request w;
