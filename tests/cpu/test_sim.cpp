@@ -397,13 +397,20 @@ TEST_CASE("delay-hit scenarios: random traces with deep shared prefixes compute 
       r.id = request_id{std::uint64_t(q + 1)};
       w.requests.push_back(std::move(r));
     }
-    for (strata_options const so : {strata_options{}, strata_options{.deadline_slack = 1},
-                                    strata_options{.order = strata_order::longest_prefix}}) {
-      auto const r = simulate(w, small_engine(), strata_scheduler{so});
-      for (auto const& x : r.records) {
-        INFO("seed " << seed << " request " << x.id.value);
-        CHECK(x.served());
-        CHECK(x.redundant_tokens - x.short_overlap_tokens == 0);
+    // Also with device pages chunk by chunk in a pool a third of the trace's prompts fill: every
+    // started prefill must finish (the simulator throws if one is stuck with nothing running).
+    engine_config tight = small_engine();
+    tight.device_pages = 400;
+    tight.pages_by_chunk = true;
+    for (engine_config const& c : {small_engine(), tight}) {
+      for (strata_options const so : {strata_options{}, strata_options{.deadline_slack = 1},
+                                      strata_options{.order = strata_order::longest_prefix}}) {
+        auto const r = simulate(w, c, strata_scheduler{so});
+        for (auto const& x : r.records) {
+          INFO("seed " << seed << " request " << x.id.value << " by chunk " << c.pages_by_chunk);
+          CHECK(x.served());
+          CHECK(x.redundant_tokens - x.short_overlap_tokens == 0);
+        }
       }
     }
     baseline_redundant += redundant(simulate(w, small_engine(), srpt{}));
@@ -498,6 +505,7 @@ TEST_CASE("simulations conserve tokens and pages and are deterministic", "[cpu][
 {
   auto const w = long_documents({.requests = 150, .rate = 2, .seed = 8, .documents = 12, .questions_per_visit = 1.5});
   engine_config c = small_engine();
+  c.pages_by_chunk = GENERATE(false, true);  // a first chunk takes all of its pages, or each chunk its own
   auto check = [&](auto strategy) {
     auto const r1 = simulate(w, c, strategy);
     auto const r2 = simulate(w, c, strategy);

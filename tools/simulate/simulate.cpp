@@ -103,6 +103,7 @@ struct options {
   bool file_sweep = false;
   bool file_grid = false;
   bool record_rules = true;           // false: record tiers take every page, unbounded backlog (before issue 20)
+  bool pages_by_chunk = false;        // true: each prefill chunk takes the device pages it computes into
   std::optional<double> remote_gbps;  // set: a remote tier the instances share, at this rate (GB/s)
   bool scale_out = false;
 };
@@ -150,6 +151,8 @@ struct options {
       "  --record-rules on|off           off: the file tier takes every page the write policies send and\n"
       "                                  queues every write (before issue 20); on (default): only pages a\n"
       "                                  later read pays for, writes past a 64 MiB backlog dropped\n"
+      "  --device-pages-by prompt|chunk  prompt (default): a request's first chunk takes all of its device\n"
+      "                                  pages; chunk: each chunk takes those it computes into\n"
       "  --out DIR                       per-request CSV, summary.md, chart data ttft_cdf.csv and, with\n"
       "                                  python3 + matplotlib, ttft_cdf.png (created if missing)\n"
       "  --sweep                         acceptance sweeps (50/80/95%% load, 3 seeds, every workload); takes\n"
@@ -283,6 +286,10 @@ options parse(int argc, char** argv)
       std::string const v = value(i);
       STRATA_EXPECTS(v == "on" || v == "off", "--record-rules must be on or off, got '", v, "'");
       o.record_rules = v == "on";
+    } else if (a == "--device-pages-by") {
+      std::string const v = value(i);
+      STRATA_EXPECTS(v == "chunk" || v == "prompt", "--device-pages-by must be chunk or prompt, got '", v, "'");
+      o.pages_by_chunk = v == "chunk";
     } else if (a == "--write-policy") {
       std::string const v = value(i);
       STRATA_EXPECTS(v == "write_through" || v == "write_back",
@@ -362,6 +369,7 @@ engine_config engine_for(options const& o, io_costs const& io, std::string const
   c.prefetch = o.prefetch;
   c.token_budget = o.budget;
   c.record_rules = o.record_rules;
+  c.pages_by_chunk = o.pages_by_chunk;
   if (o.remote_gbps) { share_remote(c, *o.remote_gbps * 1e9, *o.remote_gbps * 1e9, 0.5e-3); }
   return c;
 }
@@ -1418,7 +1426,8 @@ int main(int argc, char** argv)
               o.delay_hits && o.balance && o.bubbles && !o.rate && !o.requests && !o.file_sweep && !o.file_pages &&
               !o.file_gbps && !o.file_write_gbps && o.file_bench.empty() && o.file_drives == 1 && !o.policy &&
               !o.file_grid && !o.scale_out && !o.remote_gbps,
-          "--sweep takes only --out, --trace (with --trace-pages), --budget, --device-pages and --host-pages");
+          "--sweep takes only --out, --trace (with --trace-pages), --budget, --device-pages, --host-pages and "
+          "--device-pages-by");
       return run_sweep(o);
     }
     STRATA_EXPECTS(o.file_bench.empty() || (!o.file_gbps && !o.file_write_gbps),

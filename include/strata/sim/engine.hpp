@@ -59,6 +59,9 @@ struct engine_config {
   /// `record_write_backlog_s`); false: every page, written back on host eviction, queued however
   /// long (the file tier before issue 20).
   bool record_rules = true;
+  /// Device pages taken chunk by chunk (`controller_options::device_pages_by_chunk`); false (the
+  /// controller's default): a request's first chunk takes all of its pages.
+  bool pages_by_chunk = false;
 
   /// @throw strata::invalid_argument for an empty (default) cost model, a device pool of no pages,
   ///        negative tiers, or a non-positive budget
@@ -268,7 +271,8 @@ class engine {
     o.delay_hit_tokens = c.delay_hit_tokens;
     o.costs = c.costs;
     o.ids_are_pages = true;  // the index holds one id per page
-    if (!c.record_rules) {   // the file tier before issue 20
+    o.device_pages_by_chunk = c.pages_by_chunk;
+    if (!c.record_rules) {  // the file tier before issue 20
       o.file_backup_policy = write_policy::write_back;
       o.records_by_cost = false;
       o.record_write_backlog_s = 0;
@@ -441,8 +445,10 @@ class engine {
       throw std::logic_error("strata::sim::engine: idle with requests waiting and none blocked by memory");
     }
     active& a = *actives_.at(victim);
-    if (a.started) { return; }  // cannot happen: started requests hold their memory
-    cache_.release(victim);     // drops its transient prefix
+    if (a.started) {  // a started prefill can always finish once nothing else holds pages
+      throw std::logic_error("strata::sim::engine: a prefill under way is blocked with nothing running");
+    }
+    cache_.release(victim);  // drops its transient prefix
     a.rec->first_token_s = -1;
     a.rec->finish_s = now_;  // a session's next turn still comes
     finished_.push_back(victim);
