@@ -8,8 +8,12 @@ maps the API. Arrays cross through DLPack (NumPy, PyTorch, CuPy); streams are in
 """
 
 from . import _strata
-from . import models
-from ._strata import (
+from ._arguments import name_arguments as _name_arguments
+
+_name_arguments(_strata)  # before the names below are bound: type errors name the argument
+
+from . import models  # noqa: E402
+from ._strata import (  # noqa: E402
     CudaError,
     Error,
     InvalidArgument,
