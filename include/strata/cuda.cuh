@@ -18,6 +18,24 @@
 
 namespace strata {
 
+namespace detail {
+/**
+ * @brief The driver's `symbol` as of `version`, or null where the driver lacks it. The thread's
+ *        CUDA error is cleared only if this query itself failed: an error the engine's own work
+ *        left pending stays for the engine to find.
+ */
+inline void* driver_entry_point(char const* symbol, int version) noexcept
+{
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &f, version, cudaEnableDefault, &q) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return q == cudaDriverEntryPointSuccess ? f : nullptr;
+}
+}  // namespace detail
+
 /// @brief An owned CUDA event (timing disabled unless asked): cheap to record and wait on.
 class cuda_event {
  public:

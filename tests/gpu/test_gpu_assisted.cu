@@ -108,3 +108,26 @@ TEST_CASE("per-layer completion lets a compute stream start on a layer that has 
   STRATA_REQUIRE_THROWS(invalid_argument, "layer 32 is not in the transfer's range [0, 32)",
                         wait_layer(h, 32, compute_stream.get()));
 }
+
+namespace {
+__global__ void engine_kernel() {}
+}  // namespace
+
+TEST_CASE("a copy leaves an error the engine's own work left pending to the engine", "[gpu][gpu_assisted]")
+{
+  cuda_stream stream;
+  gpu_assisted b{default_load_config};
+  kv_geometry const g = models::llama31_8b.geometry(16, 2, 8);
+  test::device_storage a(static_cast<std::size_t>(2 * g.page_bytes())), d(a.size());
+  std::vector<page_pair> const map{{0, 1}, {1, 0}};
+  copy_plan const plan{page_first{a.data(), g, 2}, layer_first{d.data(), g, 2}, std::span<page_pair const>{map},
+                       layer_range::all(g)};
+  (void)cudaGetLastError();
+  engine_kernel<<<1, 4096, 0, stream.get()>>>();  // the engine's launch fails: too many threads
+  cudaError_t const engines = cudaPeekAtLastError();
+  REQUIRE(engines != cudaSuccess);
+  // strata's own launches succeed and report nothing of it; the engine still finds its error.
+  CHECK_NOTHROW(submit(b, plan, stream.get()).synchronize());
+  CHECK(cudaGetLastError() == engines);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}

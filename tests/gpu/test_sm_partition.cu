@@ -251,3 +251,38 @@ TEST_CASE("a submit thread issues a green-context caller's copies on that partit
                      [&](auto const& pl) { return thread.submit(loads, pl, p.copy_stream()); });
   }
 }
+
+TEST_CASE("a submit thread keeps a green-context caller's copies in order: a later handle covers earlier ones",
+          "[gpu][sm_partition][submit_thread]")
+{
+  if (!sm_partition::supported()) {
+    WARN("the driver has no green contexts: nothing to test");
+    return;
+  }
+  // A large copy by one small CTA, then a one-page copy, both from the copy partition's stream:
+  // once the second has landed the first has too (an executor's synchronize() and shutdown wait
+  // for the last handle of each kind only).
+  sm_partition const p{2};
+  kv_geometry const g = models::llama31_8b.geometry(16);  // 2 MiB pages
+  std::int64_t const pages = 128;
+  test::device_storage a(static_cast<std::size_t>(pages * g.page_bytes())), b(a.size());
+  std::vector<page_pair> map;
+  for (std::int64_t i = 0; i < pages; ++i) {
+    map.push_back({i, pages - 1 - i});
+  }
+  gpu_assisted slow{{1, 128}}, quick{default_load_config};
+  submit_thread thread;
+  for (int round = 0; round < 3; ++round) {
+    auto const big = thread.submit(slow,
+                                   copy_plan{page_first{a.data(), g, pages}, layer_first{b.data(), g, pages},
+                                             std::span<page_pair const>{map}, layer_range::all(g)},
+                                   p.copy_stream(), completion::whole);
+    auto const small = thread.submit(quick,
+                                     copy_plan{page_first{a.data(), g, pages}, layer_first{b.data(), g, pages},
+                                               std::span<page_pair const>{map}.first(1), layer_range::all(g)},
+                                     p.copy_stream(), completion::whole);
+    small.synchronize();
+    CHECK(big.done());
+    big.synchronize();
+  }
+}

@@ -45,6 +45,51 @@ TEST_CASE("staged handles adversarial page maps", "[gpu][staged]")
   });
 }
 
+namespace {
+/// Page-first records whose page `bad` cannot be read: enqueueing its copy throws (as a failed
+/// `cudaMemcpyAsync` would, without harming the context).
+struct records_with_a_hole : page_first {
+  std::int64_t bad = -1;
+  [[nodiscard]] std::byte* page_data(std::int64_t p) const
+  {
+    if (p == bad) { throw std::runtime_error("test: this record cannot be read"); }
+    return page_first::page_data(p);
+  }
+};
+static_assert(record_layout<records_with_a_hole>);
+}  // namespace
+
+TEST_CASE("a staged load that fails midway lets its stream complete only after the relays it queued", "[gpu][staged]")
+{
+  // 8 MiB steps relayed by one small CTA (slow on purpose): when step 3's copy fails, the relays of
+  // steps 1 and 2 are still queued. The caller frees the destination once its stream has completed,
+  // so the stream must wait for them.
+  cuda_stream stream;
+  staged b{{.chunk_bytes = std::int64_t{8} << 20, .relay = {1, 128}}};
+  kv_geometry const g = models::llama31_8b.geometry(16);  // 2 MiB pages
+  std::int64_t const pages = 32;
+  test::pinned_storage host(pages * g.page_bytes());
+  test::device_storage dev(pages * g.page_bytes());
+  records_with_a_hole src{page_first{host.data(), g, pages}};
+  src.bad = 13;  // in step 3 (4 pages a step)
+  layer_first const dst{dev.data(), g, pages};
+  std::vector<page_pair> map;
+  for (std::int64_t i = 0; i < pages; ++i) {
+    map.push_back({i, i});
+  }
+  copy_plan const plan{src, dst, std::span<page_pair const>{map}, layer_range::all(g)};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    CHECK_THROWS_AS(b.enqueue(plan, stream.get(), {}), std::runtime_error);
+    REQUIRE(cudaStreamSynchronize(stream.get()) == cudaSuccess);
+    CHECK(cudaStreamQuery(b.relay_stream()) == cudaSuccess);  // nothing writes the destination any more
+  }
+  // The backend is still usable: a whole load lands.
+  src.bad = -1;
+  auto const h = submit(b, copy_plan{src, dst, std::span<page_pair const>{map}, layer_range::all(g)}, stream.get());
+  h.synchronize();
+  CHECK(h.done());
+}
+
 TEST_CASE("staged serialises transfers submitted on different streams", "[gpu][staged]")
 {
   int low = 0, high = 0;

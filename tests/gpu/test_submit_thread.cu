@@ -202,6 +202,16 @@ TEST_CASE("a submit thread issues the copy at the caller's stream priority", "[g
   CHECK(priorities == std::vector<int>{high, high, low, high});
 }
 
+TEST_CASE("a submit thread lives on the device it is given; one that does not exist is refused", "[gpu][submit_thread]")
+{
+  int count = 0, current = 0;
+  STRATA_CUDA_TRY(cudaGetDeviceCount(&count));
+  STRATA_CUDA_TRY(cudaGetDevice(&current));
+  CHECK(submit_thread{}.device() == current);
+  CHECK(submit_thread{count - 1}.device() == count - 1);
+  STRATA_REQUIRE_THROWS(invalid_argument, "does not exist", submit_thread{count});
+}
+
 TEST_CASE("a submit thread owns the page list: it may be freed right after submit", "[gpu][submit_thread]")
 {
   small_pools p{5};

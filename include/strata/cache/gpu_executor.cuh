@@ -333,7 +333,7 @@ class gpu_executor {
       if (!c.copy_stream) { own_copy.emplace(low); }
       load_stream = own_load ? own_load->get() : c.load_stream->get();
       copy_stream = own_copy ? own_copy->get() : c.copy_stream->get();
-      if (c.dma_submit_thread) { thread.emplace(); }
+      if (c.dma_submit_thread) { thread.emplace(device); }
     }
     cuda_parts(cuda_parts const&) = delete;
     cuda_parts& operator=(cuda_parts const&) = delete;

@@ -55,19 +55,12 @@ struct batch_entry_points {
         (void)cudaGetLastError();
         return p;
       }
-      void* fn = nullptr;
-      cudaDriverEntryPointQueryResult q{};
-      if (p.driver_version >= 13000 &&
-          cudaGetDriverEntryPointByVersion("cuMemcpyBatchAsync", &fn, 13000, cudaEnableDefault, &q) == cudaSuccess &&
-          q == cudaDriverEntryPointSuccess && fn != nullptr) {
+      if (void* fn = p.driver_version >= 13000 ? detail::driver_entry_point("cuMemcpyBatchAsync", 13000) : nullptr) {
         p.v13 = reinterpret_cast<v13_fn>(fn);
-      } else if (p.driver_version >= 12080 &&
-                 cudaGetDriverEntryPointByVersion("cuMemcpyBatchAsync", &fn, 12080, cudaEnableDefault, &q) ==
-                     cudaSuccess &&
-                 q == cudaDriverEntryPointSuccess && fn != nullptr) {
-        p.v128 = reinterpret_cast<v128_fn>(fn);
+      } else if (void* f =
+                     p.driver_version >= 12080 ? detail::driver_entry_point("cuMemcpyBatchAsync", 12080) : nullptr) {
+        p.v128 = reinterpret_cast<v128_fn>(f);
       }
-      (void)cudaGetLastError();
       return p;
     }();
     return points;

@@ -112,10 +112,14 @@ class gpu_assisted {
   void launch(Src const& src, Dst const& dst, page_pair const* device_pairs, std::int64_t n_pairs, std::int64_t layer0,
               std::int64_t n_layers, detail::segment_shape const& shape, cudaStream_t stream) const
   {
-    dim3 const grid{static_cast<unsigned>(config_.ctas)};
-    dim3 const block{static_cast<unsigned>(config_.threads)};
-    detail::copy_blocks_kernel<<<grid, block, 0, stream>>>(src, dst, device_pairs, n_pairs, layer0, n_layers, shape);
-    STRATA_CUDA_TRY(cudaGetLastError());
+    // The launch's own status, not `cudaGetLastError()`: that would take (and blame strata for) an
+    // error the engine's own work left pending on this thread.
+    cudaLaunchConfig_t launch{};
+    launch.gridDim = dim3{static_cast<unsigned>(config_.ctas)};
+    launch.blockDim = dim3{static_cast<unsigned>(config_.threads)};
+    launch.stream = stream;
+    STRATA_CUDA_TRY(cudaLaunchKernelEx(&launch, detail::copy_blocks_kernel<Src, Dst>, src, dst, device_pairs, n_pairs,
+                                       layer0, n_layers, shape));
   }
 
  private:

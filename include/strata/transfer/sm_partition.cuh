@@ -49,12 +49,7 @@ struct green_entry_points {
     static green_entry_points const points = [] {
       green_entry_points p;
       auto resolve = [](char const* symbol, int version, auto& fn) {
-        void* f = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        if (cudaGetDriverEntryPointByVersion(symbol, &f, version, cudaEnableDefault, &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess) {
-          fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(f);
-        }
+        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(driver_entry_point(symbol, version));
       };
       resolve("cuDeviceGet", 2000, p.device_get);
       resolve("cuDeviceGetDevResource", 12040, p.device_resource);
@@ -67,7 +62,6 @@ struct green_entry_points {
       resolve("cuStreamDestroy", 4000, p.stream_destroy);
       resolve("cuGetErrorName", 6000, p.error_name);
       resolve("cuStreamGetGreenCtx", 12040, p.stream_green_ctx);
-      (void)cudaGetLastError();
       return p;
     }();
     return points;

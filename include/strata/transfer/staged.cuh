@@ -132,6 +132,10 @@ class staged {
     try {
       enqueue_acquired(plan, stream, layer_events, staging, shape, region);
     } catch (...) {
+      // Relays already queued still read the region and the staging buffer and write the
+      // destination: the caller's stream (which the caller waits on before reusing its pages) and
+      // both buffers' release come after them.
+      join_relays(stream);
       ring_.release_after_noexcept(stream);
       throw;
     }
@@ -139,6 +143,20 @@ class staged {
   }
 
  private:
+  /// After a failure: `stream` and `finished_` wait for the relays queued so far (when even that
+  /// cannot be enqueued, the host waits for both streams).
+  void join_relays(cudaStream_t stream) noexcept
+  {
+    if (relay_stream_.get() == nullptr) { return; }
+    if (cudaEventRecord(start_.get(), relay_stream_.get()) != cudaSuccess ||
+        cudaStreamWaitEvent(stream, start_.get(), 0) != cudaSuccess ||
+        cudaEventRecord(finished_.get(), stream) != cudaSuccess) {
+      (void)cudaStreamSynchronize(relay_stream_.get());
+      (void)cudaStreamSynchronize(stream);
+      (void)cudaGetLastError();  // this failure's, reported by the exception under way
+    }
+  }
+
   template <kv_layout Src, kv_layout Dst>
   void enqueue_acquired(copy_plan<Src, Dst> const& plan, cudaStream_t stream, std::span<cudaEvent_t const> layer_events,
                         detail::staging_layout const& staging, detail::segment_shape const& shape,

@@ -11,9 +11,11 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -43,14 +45,20 @@ enum class transfer_kind {
 class submit_thread {
  public:
   /**
-   * @brief Starts the thread on the current device.
-   * @throw strata::cuda_error if the current device cannot be read; std::system_error if no thread starts
+   * @brief Starts the thread on `device` (-1: the current device), where its streams live.
+   * @throw strata::invalid_argument for a device that does not exist; strata::cuda_error if the
+   *        devices cannot be read; std::system_error if no thread starts
    */
-  submit_thread()
+  explicit submit_thread(int device = -1) : device_{device}
   {
-    STRATA_CUDA_TRY(cudaGetDevice(&device_));
+    int count = 0;
+    STRATA_CUDA_TRY(cudaGetDeviceCount(&count));
+    if (device_ < 0) { STRATA_CUDA_TRY(cudaGetDevice(&device_)); }
+    STRATA_EXPECTS(device_ < count, "submit_thread: device ", device_, " does not exist (", count, " devices)");
     worker_ = std::thread{[this] { run(); }};
   }
+  /// @brief The device its streams live on.
+  [[nodiscard]] int device() const noexcept { return device_; }
   submit_thread(submit_thread const&) = delete;
   submit_thread& operator=(submit_thread const&) = delete;
   /// @brief Finishes enqueueing what was submitted, waits for it on the thread's streams, then stops.
@@ -107,7 +115,6 @@ class submit_thread {
     cuda_event start;
     int priority{};
     CUgreenCtx ctx{};
-    detail::context_stream own_stream;  // for a green-context caller: a stream of that context
     bool started{false};
   };
 
@@ -147,21 +154,27 @@ class submit_thread {
     std::int64_t next;
   };
 
-  // The stream a job's copy is issued on: the caller's priority, and its green context if any.
+  // The stream a job's copy is issued on: the caller's priority, and its green context if any. One
+  // per (context, priority), kept: jobs of one kind stay in order on it (a later job's handle
+  // covers the earlier ones), and the thread waits for all of them when it stops.
   cudaStream_t stream_for(job& j)
   {
-    if (j.ctx != nullptr) {
-      if (j.own_stream.get() == nullptr) { j.own_stream = detail::context_stream{j.ctx, j.priority}; }
-      return j.own_stream.get();
+    auto it = streams_.find({j.ctx, j.priority});
+    if (it == streams_.end()) {
+      it = streams_.emplace(std::pair{j.ctx, j.priority}, detail::context_stream{j.ctx, j.priority}).first;
     }
-    auto it = streams_.find(j.priority);
-    if (it == streams_.end()) { it = streams_.emplace(j.priority, detail::context_stream{nullptr, j.priority}).first; }
     return it->second.get();
   }
 
   void run()
   {
-    if (cudaSetDevice(device_) != cudaSuccess) { (void)cudaGetLastError(); }
+    // Without its device the thread can enqueue nothing: every job fails with the reason.
+    std::exception_ptr no_device;
+    if (cudaError_t const e = cudaSetDevice(device_); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      no_device = std::make_exception_ptr(cuda_error(
+          detail::concat("strata: submit_thread: cudaSetDevice(", device_, ") failed: ", cudaGetErrorName(e))));
+    }
     for (;;) {
       job* j = nullptr;
       bool load = false;
@@ -176,6 +189,7 @@ class submit_thread {
       bool finished = true;
       cudaStream_t s = nullptr;
       try {
+        if (no_device) { std::rethrow_exception(no_device); }
         s = stream_for(*j);
         if (!j->started) {
           STRATA_CUDA_TRY(cudaStreamWaitEvent(s, j->start.get(), 0));
@@ -199,7 +213,7 @@ class submit_thread {
         }
         busy_ = false;
       }
-      done.reset();  // a job's own stream is destroyed at once; its queued work still runs
+      done.reset();
       idle_cv_.notify_all();
     }
     for (auto& [priority, s] : streams_) {
@@ -214,7 +228,8 @@ class submit_thread {
   std::deque<std::unique_ptr<job>> loads_, backups_;
   bool stop_{false};
   bool busy_{false};
-  std::map<int, detail::context_stream> streams_;  // the worker's own, by priority (worker thread only)
+  // The worker's own, by green context (null: none) and priority (worker thread only).
+  std::map<std::pair<CUgreenCtx, int>, detail::context_stream> streams_;
   std::thread worker_;
 };
 

@@ -74,17 +74,7 @@ class access_cache {
   using range_fn = PFN_cuPointerGetAttribute_v4000;
   static range_fn range_query()
   {
-    static range_fn const fn = [] {
-      void* f = nullptr;
-      cudaDriverEntryPointQueryResult q{};
-      range_fn out = nullptr;
-      if (cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &f, 4000, cudaEnableDefault, &q) == cudaSuccess &&
-          q == cudaDriverEntryPointSuccess) {
-        out = reinterpret_cast<range_fn>(f);
-      }
-      (void)cudaGetLastError();
-      return out;
-    }();
+    static range_fn const fn = reinterpret_cast<range_fn>(driver_entry_point("cuPointerGetAttribute", 4000));
     return fn;
   }
   // The allocation around `a` (just `a` where the driver does not say).
