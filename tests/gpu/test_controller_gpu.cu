@@ -833,3 +833,147 @@ TEST_CASE("gpu controller: file-tier loads and backups move off the engine's thr
   }
   fs::remove_all(dir);
 }
+
+namespace {
+
+/// Spins until the host opens its gate (a host-mapped flag): what a stream holds behind it waits.
+__global__ void spin_until_open(int const volatile* open)
+{
+  while (*open == 0) {
+    __nanosleep(1000);
+  }
+}
+
+/// A gate on a stream: `close` queues a kernel that holds the stream's later work until `open`.
+struct stream_gate {
+  int* flag = nullptr;
+  stream_gate() { STRATA_CUDA_TRY(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped)); }
+  stream_gate(stream_gate const&) = delete;
+  stream_gate& operator=(stream_gate const&) = delete;
+  ~stream_gate()
+  {
+    open();
+    (void)cudaDeviceSynchronize();
+    (void)cudaFreeHost(flag);
+  }
+  void close(cudaStream_t s)
+  {
+    __atomic_store_n(flag, 0, __ATOMIC_SEQ_CST);
+    spin_until_open<<<1, 1, 0, s>>>(flag);
+    STRATA_CUDA_TRY(cudaGetLastError());
+  }
+  void open() { __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST); }
+};
+
+/// One run of the case below: loads from the host held behind a gate on the executor's load
+/// stream; each layer of two batches checked on the compute stream right after its wait (the
+/// second batch reads pages the first is still loading: `load_handle::after`). `skip_wait`: the
+/// check of that layer does not wait (the control: poison must show). Returns the words found wrong.
+unsigned long long held_loads_checked(kv_geometry const& g, gpu_executor_config c, std::int64_t skip_wait)
+{
+  std::int64_t const device_pages = 64;
+  test::device_storage memory(std::size_t(device_pages * g.page_bytes()));
+  STRATA_CUDA_TRY(cudaMemset(memory.data(), 0xA5, memory.size()));  // poison
+  layer_first const pool{memory.data(), g, device_pages};
+  cuda_stream compute, loads;
+  c.load_stream = cuda::stream_ref{loads.get()};
+  using controller = cache_controller<gpu_policies<layer_first>>;
+  controller_options o;
+  o.costs = test::reading_pays(g);
+  o.delay_hit_tokens = 1 << 20;  // the second batch reads the first one's pages, it does not wait for them
+  controller cache{controller::tiers_type{device_pool<layer_first>{pool}, pinned_host_pool{g, 64}}, o,
+                   strata_scheduler{}, gpu_executor{c}};
+  test::device_storage bad_count(sizeof(unsigned long long));
+  auto* bad = reinterpret_cast<unsigned long long*>(bad_count.data());
+  STRATA_CUDA_TRY(cudaMemset(bad, 0, sizeof(unsigned long long)));
+  std::int64_t const pages = 12;
+  tokens_t doc(std::size_t(pages * g.page_tokens));
+  std::iota(doc.begin(), doc.end(), 100);
+  auto const q = [&](std::int32_t x) {
+    tokens_t t = doc;
+    t.push_back(x);
+    return t;
+  };
+  auto const jobs_of = [&](std::uint64_t id, tokens_t const& t, std::int64_t n) {
+    auto const table = cache.page_table(request_id{id});
+    page_jobs j;
+    for (std::int64_t p = 0; p < n; ++p) {
+      j.page[j.n] = table[std::size_t(p)];
+      j.key[j.n++] = test::page_key(t, g.page_tokens, p);
+    }
+    return j;
+  };
+  auto const settle = [&] {
+    for (int i = 0; i < 64 && cache.pending_submissions() > 0; ++i) {
+      cache.executor().synchronize();
+      (void)cache.poll(compute.get());
+    }
+  };
+  // The document computed once, backed up to the host, dropped from the device.
+  cache.submit({request_id{1}, q(1), 0, 1, 0.0});
+  auto h = cache.begin_loads(cache.schedule({1 << 20, 0, 0, 0}), compute.get());
+  REQUIRE(h.ran.size() == 1);
+  write_pages<<<pages, 256, 0, compute.get()>>>(pool, jobs_of(1, q(1), pages));
+  STRATA_CUDA_TRY(cudaGetLastError());
+  (void)cache.finish_prefill(request_id{1}, compute.get());
+  cache.release(request_id{1});
+  settle();
+  (void)cache.evict(tier::device, device_pages, compute.get());
+  settle();
+  STRATA_CUDA_TRY(cudaMemset(memory.data(), 0xA5, memory.size()));  // the device holds poison only
+  STRATA_CUDA_TRY(cudaDeviceSynchronize());
+  REQUIRE(cache.probe(q(2)).fastest_tokens[1] == pages * g.page_tokens);
+
+  stream_gate gate;
+  gate.close(loads.get());
+  cache.submit({request_id{2}, q(2), 0, 1, 0.0});
+  auto const first = cache.begin_loads(cache.schedule({1 << 20, 0, 0, 0}), compute.get());
+  REQUIRE(first.started.size() == 1);
+  REQUIRE(first.started[0].cached_pages[1] == pages);
+  cache.submit({request_id{3}, q(3), 0, 1, 0.0});
+  auto const second = cache.begin_loads(cache.schedule({1 << 20, 0, 0, 0}), compute.get());
+  REQUIRE(second.started.size() == 1);
+  CHECK(second.started[0].cached_pages[0] == pages);  // on their way to the device
+  CHECK_FALSE(second.has_loads());
+  REQUIRE_FALSE(second.after.empty());
+  page_jobs const a = jobs_of(2, q(2), pages), b = jobs_of(3, q(3), pages);
+  for (std::int64_t l = 0; l < g.layers; ++l) {
+    for (auto const* batch : {&first, &second}) {
+      if (l != skip_wait) { REQUIRE(wait_layer(*batch, l, compute.get())); }
+      check_layer<<<pages, 128, 0, compute.get()>>>(pool, batch == &first ? a : b, l, bad);
+      STRATA_CUDA_TRY(cudaGetLastError());
+    }
+  }
+  gate.open();
+  STRATA_CUDA_TRY(cudaStreamSynchronize(compute.get()));
+  settle();
+  unsigned long long wrong = 0;
+  STRATA_CUDA_TRY(cudaMemcpy(&wrong, bad, sizeof wrong, cudaMemcpyDeviceToHost));
+  for (std::uint64_t id : {2, 3}) {
+    (void)cache.finish_prefill(request_id{id}, compute.get());
+    cache.release(request_id{id});
+  }
+  settle();
+  cache.check_invariants();
+  return wrong;
+}
+
+}  // namespace
+
+TEST_CASE("gpu controller: each layer is right on the compute stream the moment its wait returns", "[gpu][controller]")
+{
+  // The loads are held behind a gate while the checks are queued, so a wait that does not order
+  // the compute stream after its layer reads poison; 1-token pages, fp8 and 96-wide heads too.
+  kv_geometry const shapes[] = {geo, kv_geometry{3, 1, 2, 96, 1, 2}, kv_geometry{2, 16, 1, 96, 2, 2}};
+  for (kv_geometry const& g : shapes) {
+    for (int way = 0; way < 4; ++way) {
+      gpu_executor_config c;
+      c.force = way == 0 ? gpu_backend::gpu_assisted : way == 3 ? gpu_backend::staged : gpu_backend::dma_batch;
+      c.dma_submit_thread = way != 2;
+      INFO("page_tokens " << g.page_tokens << " head_dim " << g.head_dim << " elem_bytes " << g.elem_bytes
+                          << " backend " << to_string(*c.force) << " submit thread " << c.dma_submit_thread);
+      CHECK(held_loads_checked(g, c, -1) == 0);
+      CHECK(held_loads_checked(g, c, 0) > 0);  // the control: layer 0 read without its wait shows poison
+    }
+  }
+}
