@@ -38,7 +38,9 @@ enum class transfer_kind {
  *
  * The copy is issued on a stream of the thread's at the caller's stream priority, and in the caller's
  * stream's green context when it has one (`sm_partition::copy_stream()`: copy kernels stay on the
- * copy partition). Errors, creating those streams included, reach whoever waits on the handle.
+ * copy partition); the thread keeps one such stream per (context, priority) until it stops, so an
+ * `sm_partition` whose copy stream submitted here must outlive the thread (as it must a `staged`
+ * that relayed on it). Errors, creating those streams included, reach whoever waits on the handle.
  * The backend must outlive the transfer (the page list need not: the job owns a copy), and a backend
  * given to a submit thread must not be used by another thread meanwhile.
  */
