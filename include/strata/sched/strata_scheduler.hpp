@@ -248,8 +248,9 @@ class strata_scheduler {
     // Pages the chunked prefills under way will take this round (at most a full budget's chunk
     // each), kept from the new requests ordered before them: freed pages go to them first.
     std::int64_t unreserved = v.device_pages_unreserved, owed = 0;
-    std::vector<std::int64_t> owes(v.waiting.size(), 0);
+    std::vector<std::int64_t> owes;  // by position; only with pages by chunk (this runs every step)
     if (v.pages_by_chunk) {
+      owes.assign(v.waiting.size(), 0);
       for (std::size_t i : started) {
         owes[i] = size_item(v, i, v.token_budget).new_pages;
         owed += owes[i];
@@ -285,7 +286,7 @@ class strata_scheduler {
       }
       if (r.started) {  // sized by the pages it can have; short of them, new requests wait
         prefill_item const it = size_item(v, i, cap, nullptr, memory);
-        owed -= owes[i];
+        owed -= owes.empty() ? 0 : owes[i];
         memory_full = memory_full || it.chunk_tokens < std::min(cap, r.prompt_tokens - r.prefilled_tokens);
         if (it.chunk_tokens > 0) { add_item(v, plan, it, budget, memory, loads); }
         continue;
