@@ -86,7 +86,7 @@ def _misfit_one(v, a: str) -> str | None:
     if a == "bool":
         return None if isinstance(v, bool) or type(v).__name__ == "bool_" else got
     if a == "int":
-        return None if hasattr(type(v), "__index__") and not isinstance(v, float) else got
+        return None if hasattr(type(v), "__index__") else got
     if a == "float":
         return None if hasattr(type(v), "__float__") or hasattr(type(v), "__index__") else got
     if a == "str":
