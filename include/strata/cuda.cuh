@@ -159,6 +159,46 @@ class pinned_buffer {
   std::size_t bytes_{};
 };
 
+/**
+ * @brief Makes `device` current on this thread for the scope, and the previous device current
+ *        again at its end (as an engine expects its own device to stay current across strata's calls).
+ *        Costs two driver queries when the device is already current, no switch.
+ */
+class device_scope {
+ public:
+  /// @throw strata::invalid_argument for a device that does not exist; strata::cuda_error when the switch fails
+  explicit device_scope(int device)
+  {
+    int count = 0;
+    STRATA_CUDA_TRY(cudaGetDeviceCount(&count));
+    STRATA_EXPECTS(device >= 0 && device < count, "strata: CUDA device ", device, " does not exist (", count,
+                   " visible)");
+    STRATA_CUDA_TRY(cudaGetDevice(&previous_));
+    if (previous_ != device) {
+      STRATA_CUDA_TRY(cudaSetDevice(device));
+      switched_ = true;
+    }
+  }
+  device_scope(device_scope const&) = delete;
+  device_scope& operator=(device_scope const&) = delete;
+  ~device_scope()
+  {
+    if (switched_ && cudaSetDevice(previous_) != cudaSuccess) { (void)cudaGetLastError(); }
+  }
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+/// @brief The device current on this thread.
+inline int current_device()
+{
+  int device = 0;
+  STRATA_CUDA_TRY(cudaGetDevice(&device));
+  return device;
+}
+
 /// @brief Multiprocessors of the current device.
 inline int sm_count()
 {

@@ -50,6 +50,9 @@ gpu_executor_config executor_config(gpu_options const& o)
                    "1 (dma_batch) or 2 (staged), got ", *o.force);
     c.force = gpu_backend(*o.force);
   }
+  STRATA_EXPECTS(o.load_ctas > 0, "gpu_options: load_ctas must be positive, got ", o.load_ctas);
+  c.device = o.device;
+  c.load_kernel.ctas = o.load_ctas;
   c.staged_loads = o.staged_loads;
   c.dma_submit_thread = o.dma_submit_thread;
   c.cpu_weight = o.cpu_weight;
@@ -64,6 +67,7 @@ std::unique_ptr<controller_api> make_gpu_controller(layer_first_table const& poo
                                                     controller_options const& options, gpu_options const& gpu,
                                                     file_store* file, keyed_store_api* remote)
 {
+  device_scope const on{gpu.device};  // the host tier's pinned memory and the executor belong to the pool's device
   pinned_pool_options pinned;
   pinned.allocation = gpu.registered_host_memory ? pinned_allocation::registered : pinned_allocation::host_alloc;
   kv_geometry const g = pool.geometry();
@@ -148,8 +152,19 @@ class copier_impl final : public gpu_copier_api {
             // A backend is not thread-safe (its descriptor ring, its events) and Python calls this
             // without the GIL: one copy at a time.
             std::lock_guard lock{m_};
-            transfer_handle h = strata::submit(*b_, plan, cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)},
-                                               per_layer ? completion::per_layer : completion::whole);
+            // The copy runs on the stream's device (a default stream: the current device's), the one
+            // the backend's buffers were made on at its first copy.
+            auto const raw = reinterpret_cast<cudaStream_t>(stream);
+            int device = current_device();
+            if (raw != nullptr && raw != cudaStreamLegacy && raw != cudaStreamPerThread) {
+              STRATA_CUDA_TRY(cudaStreamGetDevice(raw, &device));
+            }
+            if (device_ < 0) { device_ = device; }
+            STRATA_EXPECTS(device == device_, B::name, ": this copier works on device ", device_,
+                           " (its first copy's); the stream given is device ", device, "'s");
+            device_scope const on{device};
+            transfer_handle h =
+                strata::submit(*b_, plan, cuda::stream_ref{raw}, per_layer ? completion::per_layer : completion::whole);
             return std::make_unique<transfer_impl>(std::move(h), b_);
           }
         },
@@ -159,6 +174,7 @@ class copier_impl final : public gpu_copier_api {
  private:
   std::shared_ptr<B> b_;
   std::mutex m_;
+  int device_ = -1;  // set by the first copy
 };
 
 class pinned_pool_impl final : public pinned_pool_api {

@@ -32,6 +32,8 @@ struct gpu_options {
   std::uintptr_t load_stream = 0;       ///< stream for loads (0: the executor's own)
   std::uintptr_t copy_stream = 0;       ///< stream for backups and demotions (0: the executor's own)
   bool registered_host_memory = false;  ///< pinned host pool by mmap + cudaHostRegister (else cudaHostAlloc)
+  int load_ctas = 2;                    ///< CTAs of `gpu_assisted` loads (`gpu_assisted_config::ctas`)
+  int device = 0;                       ///< the pool's device: the controller's executor, host tier and streams
 };
 
 /**

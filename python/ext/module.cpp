@@ -1162,7 +1162,8 @@ void bind_controller(nb::module_& m)
       "gpu_controller",
       [](nb::object layout, std::int64_t host_pages, std::optional<controller_options> options, nb::object file,
          std::optional<int> force, bool staged_loads, bool dma_submit_thread, double cpu_weight,
-         std::uintptr_t load_stream, std::uintptr_t copy_stream, bool registered_host_memory, nb::object remote) {
+         std::uintptr_t load_stream, std::uintptr_t copy_stream, bool registered_host_memory, nb::object remote,
+         int load_ctas) {
         if (!nb::isinstance<lft>(layout)) {
           raise_type("gpu_controller: the engine's pool must be a layer_first_table (sglang_layout, mla_layout), got ",
                      nb::type_name(layout.type()).c_str());
@@ -1171,11 +1172,12 @@ void bind_controller(nb::module_& m)
         if (l.device_type != dl_cuda) {
           raise_value("gpu_controller: the engine's pool must be CUDA tensors, it is on ", l.device());
         }
+        if (load_ctas <= 0) { raise_value("gpu_controller: load_ctas must be positive, got ", load_ctas); }
         file_store* fs = file.is_none() ? nullptr : &nb::cast<file_store&>(file);
         std::unique_ptr<keyed_store_api> face = remote_face(remote, "gpu_controller");
         keyed_store_api* rs = face.get();
-        gpu_options g{force,       staged_loads, dma_submit_thread,     cpu_weight,
-                      load_stream, copy_stream,  registered_host_memory};
+        gpu_options g{force,       staged_loads,           dma_submit_thread, cpu_weight, load_stream,
+                      copy_stream, registered_host_memory, load_ctas,         l.device_id};
         controller_options const o = options.value_or(controller_options{});
         std::unique_ptr<controller_api> c;
         {
@@ -1186,10 +1188,11 @@ void bind_controller(nb::module_& m)
       },
       "layout"_a, "host_pages"_a, "options"_a = nb::none(), "file_store"_a = nb::none(), "force"_a = nb::none(),
       "staged_loads"_a = false, "dma_submit_thread"_a = true, "cpu_weight"_a = 1.0, "load_stream"_a = 0,
-      "copy_stream"_a = 0, "registered_host_memory"_a = false, "remote_store"_a = nb::none(),
+      "copy_stream"_a = 0, "registered_host_memory"_a = false, "remote_store"_a = nb::none(), "load_ctas"_a = 2,
       nb::rv_policy::take_ownership,
       "cache_controller<gpu_policies<layer_first_table>> over CUDA tensors (with a file_store: device, pinned host, "
-      "file; with a redis_store, a shared remote tier below them). force: 0 gpu_assisted, 1 dma_batch, 2 staged.");
+      "file; with a redis_store, a shared remote tier below them). force: 0 gpu_assisted, 1 dma_batch, 2 staged. "
+      "It works on the tensors' device, whichever is current when it is called; streams must be that device's.");
   m.def("cuda_device_count", &cuda_device_count);
   m.attr("cuda_built") = true;
   bind_gpu_transfer(m);

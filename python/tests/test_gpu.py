@@ -29,22 +29,28 @@ gpu = pytest.mark.skipif(not (strata.gpu_available() and torch.cuda.is_available
                          reason="needs a CUDA GPU and strata built with CUDA")
 
 
-@gpu
-@pytest.mark.parametrize("force", [None, 0, 1])
-def test_gpu_engine_loop_exact(force):
+two_gpus = pytest.mark.skipif(not (strata.gpu_available() and torch.cuda.is_available()
+                                    and torch.cuda.device_count() >= 2), reason="needs two CUDA GPUs")
+
+
+def engine_loop_exact(force, dev="cuda", current=None):
+    """A document computed, backed up, evicted and loaded back exactly, the pool on ``dev``; with
+    ``current``, that device is current on this thread throughout (and stays so after each call)."""
     g = strata.kv_geometry(4, 16, 2, 64, 2, 2)
     pages = 32
-    k = [torch.zeros(pages * 16, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
-    v = [torch.zeros(pages * 16, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
+    dev = torch.device(dev)
+    k = [torch.zeros(pages * 16, 2, 64, dtype=torch.bfloat16, device=dev) for _ in range(4)]
+    v = [torch.zeros(pages * 16, 2, 64, dtype=torch.bfloat16, device=dev) for _ in range(4)]
     c = strata.gpu_controller(strata.sglang_layout(k, v, g), 64, force=force)
     assert c.executor == "gpu" and c.tiers == [strata.tier.device, strata.tier.host]
-    stream = torch.cuda.current_stream().cuda_stream
+    stream = torch.cuda.current_stream(dev).cuda_stream
     doc = list(range(100, 100 + 128))  # 8 pages
     c.submit(1, doc + [1, 2, 3], max_new_tokens=4, stream=stream)
     loads = c.begin_loads(c.schedule(), stream)
+    assert current is None or torch.cuda.current_device() == current
     table = c.page_table(1)
-    data = torch.randn(4, 2, 8 * 16, 2, 64, device="cuda").to(torch.bfloat16)
-    idx = torch.tensor(table[:8], device="cuda")
+    data = torch.randn(4, 2, 8 * 16, 2, 64, device=dev).to(torch.bfloat16)
+    idx = torch.tensor(table[:8], device=dev)
     for layer in range(4):
         assert c.wait_layer(loads, layer, stream)
         k[layer].view(pages, 16, 2, 64).index_copy_(0, idx, data[layer, 0].view(8, 16, 2, 64))
@@ -62,9 +68,10 @@ def test_gpu_engine_loop_exact(force):
         t.zero_()
     c.submit(2, doc + [9], max_new_tokens=4, stream=stream)
     loads = c.begin_loads(c.schedule(), stream)
+    assert current is None or torch.cuda.current_device() == current
     assert loads.started[0].cached_pages == [0, 8, 0, 0]
     table = c.page_table(2)
-    idx = torch.tensor(table[:8], device="cuda")
+    idx = torch.tensor(table[:8], device=dev)
     for layer in range(4):
         assert c.wait_layer(loads, layer, stream)  # the stream waits for this layer only
         got_k = k[layer].view(pages, 16, 2, 64).index_select(0, idx).view(-1, 2, 64)
@@ -76,11 +83,47 @@ def test_gpu_engine_loop_exact(force):
     c.poll(stream)
     c.check_invariants()
     assert c.executor_stats().failed_submissions == 0
+    return c, stream, doc
 
 
 @gpu
-def test_transformers_on_the_gpu_is_bit_exact():
-    transformers = pytest.importorskip("transformers")
+@pytest.mark.parametrize("force", [None, 0, 1])
+def test_gpu_engine_loop_exact(force):
+    engine_loop_exact(force)
+
+
+@gpu
+def test_gpu_controller_rejects_a_bad_load_quota():
+    g = strata.kv_geometry(2, 16, 2, 16, 2, 2)
+    k, v = ([torch.zeros(64, 2, 16, dtype=torch.float16, device="cuda") for _ in range(2)] for _ in range(2))
+    with pytest.raises(ValueError, match="load_ctas"):
+        strata.gpu_controller(strata.sglang_layout(k, v, g), 8, load_ctas=0)
+
+
+@two_gpus
+@pytest.mark.parametrize("force", [None, 0, 1])
+def test_a_pool_on_the_second_gpu_works_with_the_first_current(force):
+    torch.cuda.set_device(0)
+    c, stream, doc = engine_loop_exact(force, "cuda:1", current=0)
+    # Streams of device 0 (its own, and the default stream while device 0 is current): refused
+    # before anything changes; the same plan then starts with device 1's stream.
+    c.submit(3, doc + [7], max_new_tokens=4, stream=stream)
+    plan = c.schedule()
+    for other in (torch.cuda.current_stream(0).cuda_stream, 0):
+        with pytest.raises(ValueError, match="device"):
+            c.begin_loads(plan, other)
+    c.check_invariants()
+    loads = c.begin_loads(plan, stream)
+    assert [s.id for s in loads.started] == [3] and torch.cuda.current_device() == 0
+    c.complete(loads)
+    c.release(3, None, stream)
+    c.synchronize()
+    c.check_invariants()
+
+
+def tiny_llama_with_a_prefix(transformers, seed):
+    """A 2-layer random Llama on the GPU, a StrataKVPool for it, and a 256-token context the model
+    computed through the pool and committed (its 8 pages on the device, backed up to the host)."""
     from strata.transformers import StrataKVPool
 
     torch.manual_seed(0)
@@ -88,7 +131,7 @@ def test_transformers_on_the_gpu_is_bit_exact():
                                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                                    max_position_embeddings=1024)
     model = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
-    gen = torch.Generator().manual_seed(1)
+    gen = torch.Generator().manual_seed(seed)
     context = torch.randint(0, 256, (256,), generator=gen).cuda()
     suffix = torch.randint(0, 256, (9,), generator=gen).cuda()
     pool = StrataKVPool(model.config, device_pages=64, host_pages=64, page_tokens=32, dtype=torch.bfloat16,
@@ -97,6 +140,13 @@ def test_transformers_on_the_gpu_is_bit_exact():
     with torch.no_grad():
         model(context[None], past_key_values=cache, use_cache=True)
     pool.commit(cache)
+    return model, pool, context, suffix
+
+
+@gpu
+def test_transformers_on_the_gpu_is_bit_exact():
+    transformers = pytest.importorskip("transformers")
+    model, pool, context, suffix = tiny_llama_with_a_prefix(transformers, seed=1)
     pool.controller.synchronize()
     pool.controller.poll(torch.cuda.current_stream().cuda_stream)
     assert pool.controller.evict(strata.tier.device, 64, torch.cuda.current_stream().cuda_stream) == 8
@@ -121,6 +171,31 @@ def test_transformers_on_the_gpu_is_bit_exact():
         model(context[None], past_key_values=ref, use_cache=True)
     assert torch.equal(logits, run(ref))
     pool.commit(cache)
+
+
+@gpu
+def test_a_forward_on_another_stream_reads_the_prefix_it_was_given():
+    """cache_for copies the prefix's page index on the current stream; a forward run on another
+    stream must wait for that copy. The current stream is held (a sleep) so that the copy lands late,
+    and small zeroed blocks are freed first so that an index read too early names page 0."""
+    transformers = pytest.importorskip("transformers")
+    model, pool, context, suffix = tiny_llama_with_a_prefix(transformers, seed=2)  # a device hit next: no load
+    ref = transformers.DynamicCache()
+    with torch.no_grad():
+        model(context[None], past_key_values=ref, use_cache=True)
+        want = model(suffix[None], past_key_values=ref, use_cache=True).logits
+    torch.cuda.synchronize()
+    zeros = [torch.zeros(n, dtype=torch.long, device="cuda") for n in range(1, 65)]
+    del zeros
+    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU clock on the current stream
+    cache = pool.cache_for(torch.cat([context, suffix]), max_new_tokens=1)
+    assert cache.cached_pages == [8, 0, 0, 0]
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side), torch.no_grad():
+        got = model(suffix[None], past_key_values=cache, use_cache=True).logits
+    torch.cuda.synchronize()
+    assert torch.equal(got, want)
+    pool.abort(cache)
 
 
 def assert_records_in_pool(host, k, v, perm, pt):

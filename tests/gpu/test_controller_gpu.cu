@@ -8,6 +8,7 @@
 #include "../support/costs.hpp"
 #include "../support/kv_content.hpp"
 #include "gpu_support.cuh"
+#include "kv_pages.cuh"
 
 #include <strata/cache/gpu_policies.cuh>
 #if STRATA_TEST_REDIS
@@ -27,6 +28,9 @@
 #include <unistd.h>
 
 using namespace strata;
+using test::check_layer;
+using test::page_jobs;
+using test::write_pages;
 
 namespace {
 
@@ -35,30 +39,6 @@ using tokens_t = std::vector<std::int32_t>;
 kv_geometry const geo{4, 16, 2, 64, 2, 2};  // 4 layers, 16-token pages, 128-byte head rows: 32 KiB pages
 
 std::uint64_t page_key(tokens_t const& tokens, std::int64_t p) { return test::page_key(tokens, geo.page_tokens, p); }
-
-/// Up to 64 (device page, key) pairs per launch, by value.
-struct page_jobs {
-  int n = 0;
-  std::int64_t page[64];
-  std::uint64_t key[64];
-};
-
-/// The "model": writes every layer and plane of each job's page.
-__global__ void write_pages(layer_first l, page_jobs jobs)
-{
-  kv_geometry const g = l.geometry();
-  std::int64_t const words = g.block_bytes() / 8;
-  for (int j = blockIdx.x; j < jobs.n; j += gridDim.x) {
-    for (std::int64_t layer = 0; layer < g.layers; ++layer) {
-      for (std::int64_t k = 0; k < g.planes; ++k) {
-        auto* b = reinterpret_cast<std::uint64_t*>(l.block(jobs.page[j], layer, k).data);
-        for (std::int64_t w = threadIdx.x; w < words; w += blockDim.x) {
-          b[w] = test::kv_word(jobs.key[j], layer, k, w);
-        }
-      }
-    }
-  }
-}
 
 bool block_ok(std::byte const* b, std::uint64_t key, std::int64_t layer, std::int64_t plane)
 {
@@ -626,21 +606,6 @@ TEST_CASE("gpu controller: every KV byte right with a shared remote tier (Redis 
 #endif
 
 namespace {
-
-/// Counts the words of layer `layer` of each job's page that differ from the content function.
-__global__ void check_layer(layer_first l, page_jobs jobs, std::int64_t layer, unsigned long long* bad)
-{
-  kv_geometry const g = l.geometry();
-  std::int64_t const words = g.block_bytes() / 8;
-  for (int j = blockIdx.x; j < jobs.n; j += gridDim.x) {
-    for (std::int64_t k = 0; k < g.planes; ++k) {
-      auto const* b = reinterpret_cast<std::uint64_t const*>(l.block(jobs.page[j], layer, k).data);
-      for (std::int64_t w = threadIdx.x; w < words; w += blockDim.x) {
-        if (b[w] != test::kv_word(jobs.key[j], layer, k, w)) { atomicAdd(bad, 1ull); }
-      }
-    }
-  }
-}
 
 /// Gates in front of a file_store's reads and writes (the disk "holds" them while closed).
 struct disk_gates {

@@ -37,6 +37,10 @@ namespace strata {
 
 /// @brief Settings of a `gpu_executor` (defaults: the H200's measured costs, automatic choice).
 struct gpu_executor_config {
+  /// The device the executor copies on: its streams, backends, staging, submit and record threads
+  /// live there, and it makes it current for each of its calls (the caller's current device is
+  /// restored after). None: the device current when the executor is constructed.
+  std::optional<int> device{};
   /// Use this backend for every transfer (tests, benchmarks); none: choose per transfer. A forced
   /// `staged` falls back to the choice for a direction without a record layout on either side.
   std::optional<gpu_backend> force{};
@@ -108,14 +112,17 @@ struct gpu_executor_stats {
  *   submission (a load becomes a miss) and are named by `lost`; a failed write fails it too.
  * - `dma_batch` goes through the executor's `submit_thread` (when configured, for single-direction
  *   submissions): its CPU cost leaves the engine's thread.
- * - Devices: the executor copies on the device current at its first `submit` (its record threads
- *   too); a stream of another device is refused (`check_stream`, which the controller calls before
- *   changing anything).
+ * - Devices: the executor copies on one device (`gpu_executor_config::device`, else the one current
+ *   at construction), whichever device is current on the calling thread: each call that touches
+ *   CUDA makes it current for its duration (`device_scope`) and restores the caller's. A stream of
+ *   another device, or a default stream while another device is current, is refused
+ *   (`check_stream`, which the controller calls before changing anything); so are pages in another
+ *   device's memory (`gpu_assisted`'s check).
  * - Thread safety: `submit` is serialised by the controller's lock; `status`, `set_activity` and
  *   `stats` may be called from any thread.
  *
- * The CUDA parts (streams, backends, the submit thread) are created by the first `submit` on the
- * device current then; the destructor waits for every transfer it issued (the pinned pool it reads
+ * The CUDA parts (streams, backends, the submit thread) are created on the executor's device by
+ * the first `submit`; the destructor waits for every transfer it issued (the pinned pool it reads
  * may be freed right after).
  */
 class gpu_executor {
@@ -127,10 +134,30 @@ class gpu_executor {
   gpu_executor() : gpu_executor(gpu_executor_config{}) {}
   /**
    * @param config backends' tuning, costs, forced backend, streams
-   * @throw strata::invalid_argument for a non-positive descriptor time or negative CPU weight
+   * @throw strata::invalid_argument for a non-positive descriptor time or negative CPU weight, a
+   *        `device` that does not exist, or a configured stream of another device
    */
   explicit gpu_executor(gpu_executor_config config) : state_{std::make_unique<state>(std::move(config))}
   {
+    if (state_->config.device) {
+      int count = 0;
+      if (cudaGetDeviceCount(&count) != cudaSuccess) { (void)cudaGetLastError(); }
+      STRATA_EXPECTS(*state_->config.device >= 0 && *state_->config.device < count, "gpu_executor: CUDA device ",
+                     *state_->config.device, " does not exist (", count, " visible)");
+      state_->device = *state_->config.device;
+    } else if (int d = 0; cudaGetDevice(&d) == cudaSuccess) {
+      state_->device = d;
+    } else {
+      (void)cudaGetLastError();  // no GPU: refused at the first call that needs one
+    }
+    for (auto const& given : {state_->config.load_stream, state_->config.copy_stream}) {
+      if (given && state_->device >= 0) {
+        int of_stream = 0;
+        STRATA_CUDA_TRY(cudaStreamGetDevice(given->get(), &of_stream));
+        STRATA_EXPECTS(of_stream == state_->device, "gpu_executor: a configured stream belongs to device ", of_stream,
+                       ", the executor copies on device ", state_->device);
+      }
+    }
     STRATA_EXPECTS(state_->config.dma_descriptor_us > 0 && state_->config.cpu_weight >= 0,
                    "gpu_executor: dma_descriptor_us must be positive and cpu_weight not negative (got ",
                    state_->config.dma_descriptor_us, ", ", state_->config.cpu_weight, ")");
@@ -153,6 +180,9 @@ class gpu_executor {
     state_->activity.store(activity, std::memory_order_relaxed);
     state_->compute_ms.store(compute_ms > 0 ? compute_ms : 0, std::memory_order_relaxed);
   }
+  /// @brief The device it copies on (-1 when none was current at construction and none was named).
+  [[nodiscard]] int device() const noexcept { return state_->device; }
+
   /// @brief The activity last set.
   [[nodiscard]] gpu_activity activity() const noexcept { return state_->activity.load(std::memory_order_relaxed); }
 
@@ -166,6 +196,7 @@ class gpu_executor {
     state& st = *state_;
     layer_range const all = layer_range::all(tiers.geometry());
     try {
+      device_scope const on{st.bound()};
       check_stream(stream);
       cuda_parts& cp = st.parts();
       cudaStream_t const s = kind == copy_kind::load ? cp.load_stream : cp.copy_stream;
@@ -239,19 +270,25 @@ class gpu_executor {
   }
 
   /**
-   * @brief Throws unless `stream` can order this executor's copies: a stream of the device the
-   *        executor serves (the one current at its first `submit`; before that, the current one), or
-   *        the legacy / per-thread default stream. The controller calls it before it changes anything.
+   * @brief Throws unless `stream` can order this executor's copies: a stream of the executor's
+   *        device, or the legacy / per-thread default stream while that device is current on the
+   *        calling thread (the default stream is the current device's). The controller calls it
+   *        before it changes anything.
    * @throw strata::invalid_argument naming both devices
    */
   void check_stream(stream_type stream) const
   {
     cudaStream_t const raw = stream.get();
-    if (raw == nullptr || raw == cudaStreamLegacy || raw == cudaStreamPerThread) { return; }
-    int current = 0, of_stream = 0;
-    STRATA_CUDA_TRY(cudaGetDevice(&current));
+    int const served = state_->bound();
+    if (raw == nullptr || raw == cudaStreamLegacy || raw == cudaStreamPerThread) {
+      int const current = current_device();
+      STRATA_EXPECTS(current == served, "gpu_executor: the default stream given is device ", current,
+                     "'s (the current device); the executor copies on device ", served,
+                     ": pass a stream of that device, or make it current");
+      return;
+    }
+    int of_stream = 0;
     STRATA_CUDA_TRY(cudaStreamGetDevice(raw, &of_stream));
-    int const served = state_->cuda ? state_->cuda->device : current;
     STRATA_EXPECTS(of_stream == served, "gpu_executor: the stream belongs to device ", of_stream,
                    ", the executor copies on device ", served);
   }
@@ -281,6 +318,7 @@ class gpu_executor {
     state& st = *state_;
     st.records.wait_all();
     if (!st.cuda) { return; }
+    device_scope const on{st.device};
     if (st.cuda->thread) { st.cuda->thread->drain(); }
     std::array<transfer_handle, 2> threaded;
     {
@@ -314,10 +352,18 @@ class gpu_executor {
   }
   /// @brief The settings.
   [[nodiscard]] gpu_executor_config const& config() const noexcept { return state_->config; }
-  /// @brief The stream loads are issued on (created on first use).
-  [[nodiscard]] cuda::stream_ref load_stream() { return state_->parts().load_stream; }
-  /// @brief The stream backups and demotions are issued on (created on first use).
-  [[nodiscard]] cuda::stream_ref copy_stream() { return state_->parts().copy_stream; }
+  /// @brief The stream loads are issued on (created on first use, on the executor's device).
+  [[nodiscard]] cuda::stream_ref load_stream()
+  {
+    device_scope const on{state_->bound()};
+    return state_->parts().load_stream;
+  }
+  /// @brief The stream backups and demotions are issued on (created on first use, on the executor's device).
+  [[nodiscard]] cuda::stream_ref copy_stream()
+  {
+    device_scope const on{state_->bound()};
+    return state_->parts().copy_stream;
+  }
 
  private:
   using backend_set = std::tuple<gpu_assisted, dma_batch, staged>;
@@ -372,11 +418,32 @@ class gpu_executor {
     explicit state(gpu_executor_config c) : config{std::move(c)} {}
     state(state const&) = delete;
     state& operator=(state const&) = delete;
-    ~state() { records.wait_all(); }  // the stores' and record threads write into the tiers' memory
+    ~state()
+    {
+      records.wait_all();  // the stores' and record threads write into the tiers' memory
+      if (!cuda) { return; }
+      try {
+        device_scope const on{device};  // streams, events and buffers go on their own device
+        cuda.reset();
+      } catch (...) {
+        cuda.reset();
+      }
+    }
+    // Called with the executor's device current.
     cuda_parts& parts()
     {
       if (!cuda) { cuda = std::make_unique<cuda_parts>(config); }
       return *cuda;
+    }
+    // The executor's device; throws when there was none at construction (no GPU).
+    int bound() const
+    {
+      if (device < 0) {
+        int count = 0;
+        if (cudaGetDeviceCount(&count) != cudaSuccess) { (void)cudaGetLastError(); }
+        STRATA_EXPECTS(false, "gpu_executor: no CUDA device was current when it was constructed (", count, " visible)");
+      }
+      return device;
     }
 
     gpu_backend choose(copy_kind kind, double bytes, double block_bytes, bool records) const
@@ -419,6 +486,7 @@ class gpu_executor {
     }
 
     gpu_executor_config config;
+    int device = -1;  // set once, at construction
     std::atomic<gpu_activity> activity{gpu_activity::idle};
     std::atomic<double> compute_ms{0};
     std::array<std::array<std::atomic<std::int64_t>, gpu_backend_count>, 2> transfers{};

@@ -75,6 +75,20 @@ def _tokens(input_ids):
     return [int(x) for x in input_ids]
 
 
+class _DeviceIndex:
+    """A page index copied to the device on one stream (``made_on``), readable on any: ``on(stream)``
+    makes ``stream`` wait for the copy and keeps the memory from reuse until ``stream`` is done with it."""
+
+    def __init__(self, tensor, made_on, copied):
+        self.tensor, self._made_on, self._copied = tensor, made_on, copied
+
+    def on(self, stream):
+        if stream is not None and stream != self._made_on:
+            stream.wait_event(self._copied)
+            self.tensor.record_stream(stream)
+        return self.tensor
+
+
 class _StrataLayer(DynamicLayer):
     """A DynamicLayer that starts with the cached prefix: it reports the prefix's length before it
     is materialised and fetches it (waiting for its own layer's load) at its first update."""
@@ -232,11 +246,16 @@ class StrataKVPool:
         raise _s.Error(f"StrataKVPool: request {rid} could not start (no device pages for it?)")
 
     def _page_index(self, pages):
-        """Pool page numbers as a long tensor on the pool's device (copied without a host sync)."""
+        """Pool page numbers as a long tensor on the pool's device, copied without a host sync on the
+        current stream; ``_on_stream`` makes another stream wait for the copy before it reads it."""
         t = torch.tensor(list(pages), dtype=torch.long)
         if self.device.type == "cuda":
-            return t.pin_memory().to(self.device, non_blocking=True)
-        return t
+            made_on = torch.cuda.current_stream(self.device)
+            index = t.pin_memory().to(self.device, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(made_on)
+            return _DeviceIndex(index, made_on, copied)
+        return _DeviceIndex(t, None, None)
 
     def _check_states(self, key_states, value_states):
         """The model's cache tensors must have the shape this pool was made for (a model whose cache
@@ -256,9 +275,10 @@ class StrataKVPool:
             raise _s.Error(f"StrataKVPool: the load of request {cache.id} failed (layer {layer})")
         self.waits.append(layer)
         pt = self.geometry.page_tokens
-        pages = cache._prefix_pages
-        if pages is None or pages.numel() != (n + pt - 1) // pt:
-            pages = self._page_index(cache.page_table[: (n + pt - 1) // pt])
+        index = cache._prefix_pages
+        if index is None or index.tensor.numel() != (n + pt - 1) // pt:
+            index = self._page_index(cache.page_table[: (n + pt - 1) // pt])
+        pages = index.on(torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None)
         out = []
         for pool in [self.k[layer]] + self.v[layer:layer + 1]:
             paged = pool.view(-1, pt, pool.shape[1], pool.shape[2])

@@ -33,7 +33,8 @@ inline std::int64_t segment_bytes(kv_geometry const& g, block_ref s, block_ref d
 
 /**
  * @brief Remembers address ranges already found device-accessible, so that the check costs one
- *        `cudaPointerGetAttributes` per allocation, not per launch.
+ *        `cudaPointerGetAttributes` per allocation, not per launch. Device memory must be the
+ *        current device's (where the kernel runs).
  *
  * A range stays trusted for the cache's lifetime: memory freed and mapped again as pageable at the
  * same address is not detected (the check is a guard against handing the wrong kind of memory,
@@ -58,6 +59,12 @@ class access_cache {
     if (e != cudaSuccess) { (void)cudaGetLastError(); }
     bool const device = e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
     bool const mapped = e == cudaSuccess && attr.type == cudaMemoryTypeHost && attr.devicePointer == p;
+    if (e == cudaSuccess && attr.type == cudaMemoryTypeDevice) {
+      int current = 0;
+      STRATA_CUDA_TRY(cudaGetDevice(&current));
+      STRATA_EXPECTS(attr.device == current, backend, ": layer ", layer, " plane ", plane, " of the ", layout,
+                     " layout is in the memory of device ", attr.device, "; the copy runs on device ", current);
+    }
     STRATA_EXPECTS(device || mapped, backend, ": layer ", layer, " plane ", plane, " of the ", layout, " layout is at ",
                    static_cast<void const*>(p),
                    e != cudaSuccess || attr.type == cudaMemoryTypeUnregistered
