@@ -21,7 +21,8 @@ namespace strata {
  * @brief Hands out slot ids `[0, capacity)` of a page store.
  *
  * A fresh allocator hands out ascending ids, so that pages allocated together are adjacent and
- * their copies merge. Thread-safe: one internal lock, so a store may check its slots
+ * their copies merge; each allocation comes back in ascending order. Thread-safe: one internal lock, so a store may
+ * check its slots
  * (`is_allocated`) on its own threads while the prefix index allocates and releases others.
  */
 class slot_allocator {
@@ -110,6 +111,9 @@ class slot_allocator {
       allocated_[static_cast<std::size_t>(s)] = true;
       out.push_back(s);
     }
+    // Ascending: slots freed together come back in the order of the pages that take them, so a
+    // prefix's pages stay in runs on each tier and its copies merge (or go as strided copies).
+    std::sort(out.begin(), out.end());
     return out;
   }
 
