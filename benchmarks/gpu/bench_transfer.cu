@@ -289,6 +289,24 @@ int main(int argc, char** argv)
         run("gpu_assisted/2 per-layer", per_layer, false, completion::per_layer);
         staged st;
         run("staged", st, false, completion::whole);
+        // Pages in order on both sides (a prefix loaded into pages allocated in order): dma_batch
+        // describes each layer and plane as one strided copy instead of one descriptor per block.
+        std::vector<page_pair> in_order;
+        for (std::int64_t i = 0; i < n; ++i) {
+          in_order.push_back({i, i});
+        }
+        copy_plan const load_c{host, device, std::span<page_pair const>{in_order}, layer_range::all(g)};
+        copy_plan const backup_c{device, host, std::span<page_pair const>{in_order}, layer_range::all(g)};
+        auto run_c = [&](char const* name, auto& backend, bool threaded, completion c) {
+          rows.run(s.label, page, context, name, backend, threaded, c, load_c, backup_c, ref_load, ref_backup,
+                   reps_here);
+        };
+        dma_batch strided{};
+        dma_batch plain{{.strided_runs = false}};
+        run_c("dma_batch/512 (submit thread), pages in order, strided", strided, true, completion::whole);
+        run_c("dma_batch/512 (submit thread), pages in order, not strided", plain, true, completion::whole);
+        gpu_assisted k2{{2, 1024}};
+        run_c("gpu_assisted/2, pages in order", k2, false, completion::whole);
       }
     }
   }

@@ -51,6 +51,14 @@ struct executor_stats {
   std::array<std::array<std::int64_t, 3>, 2> transfers{};  ///< [load, copy][gpu_assisted, dma_batch, staged]
   std::array<std::array<std::int64_t, 3>, 2> bytes{};
   std::int64_t failed_submissions = 0;
+  double dma_descriptor_us = 0;  ///< the GPU executor's observed cost of a DMA descriptor (µs; 0: host executor)
+};
+
+/// @brief `gpu_calibration` in host-only terms (zeros: nothing measured, the host executor).
+struct executor_calibration {
+  std::array<double, 3> load_gbps{};  ///< [gpu_assisted, dma_batch, staged]
+  std::array<double, 3> copy_gbps{};
+  double dma_descriptor_us = 0;
 };
 
 /**
@@ -119,6 +127,8 @@ class controller_api {
   /// @brief Waits for every copy the executor issued (GPU; nothing to wait for on the host).
   virtual void synchronize() = 0;
   virtual executor_stats stats_of_executor() const = 0;
+  /// @brief `gpu_executor::warm_up` over the controller's tiers (the host executor: nothing to do).
+  virtual executor_calibration warm_up() = 0;
 };
 
 }  // namespace strata::python

@@ -115,6 +115,7 @@ class controller_impl final : public controller_api {
   }
   void synchronize() override { Hooks::synchronize(c_.executor()); }
   executor_stats stats_of_executor() const override { return Hooks::stats(c_.executor()); }
+  executor_calibration warm_up() override { return Hooks::warm_up(c_.executor(), c_.tiers()); }
 
   Controller& controller() noexcept { return c_; }
 
@@ -145,6 +146,9 @@ struct host_hooks {
   static void set_activity(cpu_executor&, int, double) {}
   static void synchronize(cpu_executor& e) { e.synchronize(); }
   static executor_stats stats(cpu_executor const&) { return {}; }
+  template <class Tiers>
+  static executor_calibration warm_up(cpu_executor&, Tiers const&)
+  { return {}; }
 };
 
 }  // namespace strata::python

@@ -27,6 +27,12 @@ struct gpu_hooks {
   static void set_activity(gpu_executor& e, int activity, double compute_ms)
   { e.set_activity(gpu_activity(activity), compute_ms); }
   static void synchronize(gpu_executor& e) { e.synchronize(); }
+  template <class Tiers>
+  static executor_calibration warm_up(gpu_executor& e, Tiers const& tiers)
+  {
+    gpu_calibration const c = e.warm_up(tiers);
+    return {c.load_gbps, c.copy_gbps, c.dma_descriptor_us};
+  }
   static executor_stats stats(gpu_executor const& e)
   {
     gpu_executor_stats const s = e.stats();
@@ -38,6 +44,7 @@ struct gpu_hooks {
       }
     }
     out.failed_submissions = s.failed_submissions;
+    out.dma_descriptor_us = s.dma_descriptor_us;
     return out;
   }
 };

@@ -1057,7 +1057,15 @@ void bind_controller(nb::module_& m)
   nb::class_<executor_stats>(m, "executor_stats")
       .def_ro("transfers", &executor_stats::transfers, "[load, copy][gpu_assisted, dma_batch, staged].")
       .def_ro("bytes", &executor_stats::bytes)
-      .def_ro("failed_submissions", &executor_stats::failed_submissions);
+      .def_ro("failed_submissions", &executor_stats::failed_submissions)
+      .def_ro("dma_descriptor_us", &executor_stats::dma_descriptor_us,
+              "What a dma_batch descriptor costs its enqueuing thread as observed now, µs (0: host executor).");
+  nb::class_<executor_calibration>(m, "executor_calibration",
+                                   "What warm_up measured on this machine (zeros: the host executor).")
+      .def_ro("load_gbps", &executor_calibration::load_gbps,
+              "Host -> device GB/s by backend [gpu_assisted, dma_batch, staged] (staged: not measured, 0).")
+      .def_ro("copy_gbps", &executor_calibration::copy_gbps, "Device -> host GB/s by backend.")
+      .def_ro("dma_descriptor_us", &executor_calibration::dma_descriptor_us, "Host time per dma_batch descriptor, µs.");
 
   using P = py_controller;
   using release_gil = nb::call_guard<nb::gil_scoped_release>;
@@ -1149,7 +1157,12 @@ void bind_controller(nb::module_& m)
           "compute_ms"_a = 0.0, "What the GPU does (0 idle, 1 prefill, 2 decode), for the backend choice.")
       .def(
           "synchronize", [](P& p) { p.get().synchronize(); }, release_gil())
-      .def("executor_stats", [](P const& p) { return p.get().stats_of_executor(); });
+      .def("executor_stats", [](P const& p) { return p.get().stats_of_executor(); })
+      .def(
+          "warm_up", [](P& p) { return p.get().warm_up(); },
+          "gpu_executor::warm_up: loads the copy kernels and scales the backend choice's cost tables to rates "
+          "measured on this machine (scratch memory, none of the pool's; ~10-30 ms). Call it before the first "
+          "transfer. The host executor: nothing to do, zeros.");
 
   m.def("cpu_controller", &cpu_controller, "layout"_a, "host_pages"_a, "options"_a = nb::none(),
         "file_store"_a = nb::none(), "remote_store"_a = nb::none(), nb::rv_policy::take_ownership,

@@ -3,6 +3,7 @@
 
 #include <strata/transfer/choice.hpp>
 
+#include <thread>
 #include <vector>
 
 using namespace strata;
@@ -65,4 +66,50 @@ TEST_CASE("the choice rejects bad input", "[cpu][choice]")
                         (void)choose_transfer(opts, {gpu_activity::decode, 1, 0, 1}));
   STRATA_REQUIRE_THROWS(invalid_argument, "unknown gpu_activity",
                         (void)choose_transfer(opts, {static_cast<gpu_activity>(7), 1, 0, 1}));
+}
+
+TEST_CASE("the observed descriptor cost follows the enqueues and relaxes back without them", "[cpu][choice]")
+{
+  descriptor_cost c{0.5, 100};
+  CHECK(c.us() == 0.5);
+  c.observe(60, 120);  // a window not yet full changes nothing
+  CHECK(c.us() == 0.5);
+  c.observe(40, 80);  // 100 descriptors in 200 µs: 2 µs each, a quarter of the way
+  CHECK(c.us() == Approx(0.5 + (2.0 - 0.5) / 4));
+  for (int i = 0; i < 40; ++i) {  // a busy engine thread, window after window
+    c.observe(100, 200);
+  }
+  CHECK(c.us() == Approx(2.0).epsilon(1e-3));
+  for (int i = 0; i < 64; ++i) {  // other backends chosen meanwhile: back toward the configured figure
+    c.relax();
+  }
+  CHECK(c.us() < 0.55);
+  CHECK(c.us() > 0.5);
+  c.observe(0, 5);  // nothing enqueued, or a bad time: ignored
+  c.observe(10, -1);
+  c.reset(0.8);
+  CHECK(c.us() == 0.8);
+  c.observe(99, 0);  // the window restarts after a reset
+  CHECK(c.us() == 0.8);
+  STRATA_REQUIRE_THROWS(invalid_argument, "must be positive", (descriptor_cost{0, 10}));
+  STRATA_REQUIRE_THROWS(invalid_argument, "must be positive", (descriptor_cost{1, 0}));
+}
+
+TEST_CASE("the observed descriptor cost takes observations from several threads", "[cpu][choice]")
+{
+  descriptor_cost c{1.0, 64};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10000; ++i) {
+        c.observe(16, 48);  // 3 µs each
+        if (i % 50 == 0) { c.relax(); }
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  CHECK(c.us() > 2.5);
+  CHECK(c.us() <= 3.0);
 }

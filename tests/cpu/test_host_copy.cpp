@@ -4,7 +4,10 @@
 
 #include <strata/strata.hpp>
 
+#include <algorithm>
+#include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 using namespace strata;
@@ -211,6 +214,68 @@ TEST_CASE("for_each_run merges adjacent blocks into maximal runs", "[cpu][host_c
   CHECK(count(copy_plan{lf1, lf2, std::span<page_pair const>{consecutive}, all}) == 8);  // one per (layer, plane)
   CHECK(count(copy_plan{lf1, lf2, std::span<page_pair const>{consecutive}, layer_range{1, 3}}) == 4);
   CHECK(count(copy_plan{pf1, lf2, std::span<page_pair const>{scattered}, all}) == 3 * 8);  // a block each
+}
+
+TEST_CASE("strided runs cover every run once, in order, and gather strided ones", "[cpu][host_copy]")
+{
+  kv_geometry const g{4, 8, 2, 16, 2, 2};
+  std::int64_t const n = 64;
+  std::vector<std::byte> m1(n * g.page_bytes()), m2(n * g.page_bytes());
+  page_first const pf{m1.data(), g, n};
+  layer_first const lf{m2.data(), g, n};
+  auto const runs_of = [](auto const& plan) {
+    std::vector<std::uint64_t> src, dst;
+    std::vector<std::size_t> bytes;
+    for_each_run(plan, [&](copy_run const& r) {
+      src.push_back(reinterpret_cast<std::uint64_t>(r.src));
+      dst.push_back(reinterpret_cast<std::uint64_t>(r.dst));
+      bytes.push_back(std::size_t(r.bytes));
+    });
+    return std::tuple{src, dst, bytes};
+  };
+  auto const all = layer_range::all(g);
+  std::mt19937_64 rng{7};
+  for (int trial = 0; trial < 200; ++trial) {
+    // Stretches of consecutive pairs (each side +1) at random places, wrapping around the pool.
+    std::vector<page_pair> pairs;
+    std::vector<bool> used(n);
+    while (pairs.size() < 40) {
+      std::int64_t const len = 1 + std::int64_t(rng() % 9), s0 = std::int64_t(rng() % n), d0 = std::int64_t(rng() % n);
+      for (std::int64_t i = 0; i < len; ++i) {
+        std::int64_t const d = (d0 + i) % n;
+        if (!used[std::size_t(d)]) {
+          used[std::size_t(d)] = true;
+          pairs.push_back({(s0 + i) % n, d});
+        }
+      }
+    }
+    auto const [src, dst, bytes] = runs_of(copy_plan{pf, lf, std::span<page_pair const>{pairs}, all});
+    auto const groups = detail::strided_runs<std::uint64_t>(src, dst, bytes);
+    std::size_t i = 0;
+    for (auto const& grp : groups) {  // expanded in order, the groups are the runs
+      REQUIRE(grp.count >= 1);
+      if (grp.count > 1) { CHECK((grp.src_step >= grp.bytes && grp.dst_step >= grp.bytes)); }
+      for (std::size_t k = 0; k < grp.count; ++k, ++i) {
+        REQUIRE(i < src.size());
+        CHECK(src[i] == grp.src + k * grp.src_step);
+        CHECK(dst[i] == grp.dst + k * grp.dst_step);
+        CHECK(bytes[i] == grp.bytes);
+      }
+    }
+    CHECK(i == src.size());
+  }
+  // Consecutive pages on both sides: one strided copy per (layer, plane).
+  std::vector<page_pair> consecutive;
+  for (std::int64_t p = 0; p < 40; ++p) {
+    consecutive.push_back({p + 3, p + 10});
+  }
+  auto const [src, dst, bytes] = runs_of(copy_plan{pf, lf, std::span<page_pair const>{consecutive}, all});
+  CHECK(src.size() == std::size_t(40 * g.layers * g.planes));
+  auto const groups = detail::strided_runs<std::uint64_t>(src, dst, bytes);
+  REQUIRE(groups.size() == std::size_t(g.layers * g.planes));
+  CHECK(groups[0].count == 40);
+  CHECK(groups[0].src_step == std::size_t(g.page_bytes()));
+  CHECK(groups[0].dst_step == std::size_t(g.block_bytes()));
 }
 
 TEST_CASE("bad plans are rejected before any byte moves", "[cpu][host_copy]")

@@ -206,3 +206,29 @@ TEST_CASE("gpu controller: a pool on the second device with the first one curren
   }
   STRATA_CUDA_TRY(cudaSetDevice(0));
 }
+
+TEST_CASE("gpu executor: warm_up measures the link and scales the cost tables to it", "[gpu][devices]")
+{
+  bound_engine e{0, 0, gpu_executor_config{}};
+  gpu_executor& x = e.cache.executor();
+  gpu_executor_config const before = x.config();
+  gpu_calibration const c = x.warm_up(e.cache.tiers());
+  auto const idle = std::size_t(gpu_activity::idle), prefill = std::size_t(gpu_activity::prefill);
+  for (auto b : {gpu_backend::gpu_assisted, gpu_backend::dma_batch, gpu_backend::staged}) {
+    auto const i = std::size_t(b);
+    INFO(to_string(b) << ": measured load " << c.load_gbps[i] << " GB/s, copy " << c.copy_gbps[i] << " GB/s");
+    if (b != gpu_backend::staged) {
+      CHECK((c.load_gbps[i] > 1 && c.load_gbps[i] < 1000 && c.copy_gbps[i] > 1 && c.copy_gbps[i] < 1000));
+      CHECK(x.config().load_options[i].gbps[idle] == Approx(c.load_gbps[i]));
+      CHECK(x.config().copy_options[i].gbps[idle] == Approx(c.copy_gbps[i]));
+    }
+    // The shape stays: each activity's rate keeps its ratio to the idle rate.
+    CHECK(x.config().load_options[i].gbps[prefill] / x.config().load_options[i].gbps[idle] ==
+          Approx(before.load_options[i].gbps[prefill] / before.load_options[i].gbps[idle]));
+  }
+  CHECK(c.dma_descriptor_us > 0);
+  CHECK(x.config().dma_descriptor_us == c.dma_descriptor_us);
+  e.still_callers();
+  e.compute_and_drop();
+  CHECK(e.load_and_check(2) == 0);  // and it serves, on the tables it measured
+}

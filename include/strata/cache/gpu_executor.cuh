@@ -9,6 +9,7 @@
 
 #include <strata/cache/detail/gpu_records.cuh>
 #include <strata/cache/executor.hpp>
+#include <strata/cache/gpu_executor_config.cuh>
 #include <strata/layout/layer_first.hpp>
 #include <strata/presets/h200.hpp>
 #include <strata/tier/device_pool.hpp>
@@ -34,54 +35,6 @@
 #include <vector>
 
 namespace strata {
-
-/// @brief Settings of a `gpu_executor` (defaults: the H200's measured costs, automatic choice).
-struct gpu_executor_config {
-  /// The device the executor copies on: its streams, backends, staging, submit and record threads
-  /// live there, and it makes it current for each of its calls (the caller's current device is
-  /// restored after). None: the device current when the executor is constructed.
-  std::optional<int> device{};
-  /// Use this backend for every transfer (tests, benchmarks); none: choose per transfer. A forced
-  /// `staged` falls back to the choice for a direction without a record layout on either side.
-  std::optional<gpu_backend> force{};
-  /// Costs of each backend for loads (`copy_kind::load`), indexed by `gpu_backend`.
-  std::array<transfer_option, gpu_backend_count> load_options = h200::load_options();
-  /// Costs of each backend for backups and demotions (`copy_kind::background`).
-  std::array<transfer_option, gpu_backend_count> copy_options = h200::copy_options();
-  /// CPU microseconds per `dma_batch` descriptor (~0.5 on the H200's host): caps its bandwidth at
-  /// `run bytes / descriptor time`, which makes it lose on small blocks (a TP shard's 8 KiB blocks),
-  /// and is its caller CPU cost when it runs on the engine's thread.
-  double dma_descriptor_us = 0.5;
-  /// `transfer_situation::cpu_weight`: what a millisecond of the engine thread's CPU costs.
-  double cpu_weight = 1;
-  /// Let the automatic choice use `staged` for loads. It records every layer's event when the whole
-  /// transfer ends, so a batch's layers cannot start under its own loads: off by default.
-  bool staged_loads = false;
-  /// Submit `dma_batch` transfers from a `submit_thread` (the engine's thread spends ~nothing); false:
-  /// on the calling thread (~0.5 µs per descriptor, while the controller's lock is held).
-  bool dma_submit_thread = true;
-  gpu_assisted_config load_kernel = default_load_config;    ///< copy-kernel quota for loads
-  gpu_assisted_config copy_kernel = default_backup_config;  ///< copy-kernel quota for backups, demotions
-  dma_batch_config dma{};                                   ///< `dma_batch` tuning
-  staged_config staged{};                                   ///< `staged` tuning
-  /// Pinned staging of each record thread (loads, background copies: each has its own, allocated
-  /// at its first use) for records moving between a record store (a file tier) and the device, in
-  /// bytes: two halves alternate, so that the next chunk of records is read (or written) while the
-  /// previous one crosses PCIe. A chunk holds at least one page (the staging grows to two pages).
-  std::int64_t record_staging_bytes = std::int64_t{64} << 20;
-  /// Stream the loads are issued on (e.g. an `sm_partition::copy_stream()`); none: the executor's
-  /// own, at the highest stream priority.
-  std::optional<cuda::stream_ref> load_stream{};
-  /// Stream backups and demotions are issued on; none: the executor's own, at the lowest priority.
-  std::optional<cuda::stream_ref> copy_stream{};
-};
-
-/// @brief Transfers a `gpu_executor` issued, by kind (`copy_kind`) and backend (`gpu_backend`).
-struct gpu_executor_stats {
-  std::array<std::array<std::int64_t, gpu_backend_count>, 2> transfers{};  ///< [kind][backend]
-  std::array<std::array<std::int64_t, gpu_backend_count>, 2> bytes{};      ///< [kind][backend]
-  std::int64_t failed_submissions = 0;                                     ///< submissions refused
-};
 
 /**
  * @brief A `copy_executor` for tier stacks of `addressable_store`s (`device_pool<Layout>`,
@@ -180,6 +133,22 @@ class gpu_executor {
     state_->activity.store(activity, std::memory_order_relaxed);
     state_->compute_ms.store(compute_ms > 0 ? compute_ms : 0, std::memory_order_relaxed);
   }
+  /**
+   * @brief Readies the executor for its first transfer and puts its cost tables to this machine:
+   *        makes its streams and backends, loads the copy kernels of `tiers`' layouts, then moves
+   *        `scratch_bytes` of pages between scratch buffers of its own (none of the tiers' memory)
+   *        with `gpu_assisted` and `dma_batch`, both ways, and scales the load and copy tables to
+   *        the measured rates (the marginal rate: the extra bytes of the whole scratch over half of
+   *        it by the extra time; every activity's rate by measured over the table's idle rate;
+   *        `staged`, the same copy engine, as `dma_batch`) and `dma_descriptor_us` to the measured
+   *        enqueue time. The tables' shape (what each activity costs) stays the H200's, their level
+   *        becomes this link's. About 10–30 ms. Not concurrently with `submit`: call it before the
+   *        first transfer (the controller's `executor()`).
+   * @throw strata::invalid_argument for fewer than 2 pages of scratch; what CUDA throws
+   */
+  template <class Tiers>
+  gpu_calibration warm_up(Tiers const& tiers, std::int64_t scratch_bytes = std::int64_t{64} << 20);
+
   /// @brief The device it copies on (-1 when none was current at construction and none was named).
   [[nodiscard]] int device() const noexcept { return state_->device; }
 
@@ -348,6 +317,7 @@ class gpu_executor {
       }
     }
     s.failed_submissions = state_->failed.load(std::memory_order_relaxed);
+    s.dma_descriptor_us = state_->dma_cost.us();
     return s;
   }
   /// @brief The settings.
@@ -432,8 +402,41 @@ class gpu_executor {
     // Called with the executor's device current.
     cuda_parts& parts()
     {
-      if (!cuda) { cuda = std::make_unique<cuda_parts>(config); }
+      if (!cuda) {
+        gpu_executor_config c = config;
+        c.dma = dma_config();
+        cuda = std::make_unique<cuda_parts>(c);
+      }
       return *cuda;
+    }
+    // The `dma_batch` tuning its instances get: their enqueue times feed `dma_cost`.
+    dma_batch_config dma_config()
+    {
+      dma_batch_config c = config.dma;
+      c.on_enqueue = [this, theirs = config.dma.on_enqueue](std::int64_t descriptors, double host_us) {
+        dma_cost.observe(descriptors, host_us);
+        if (theirs) { theirs(descriptors, host_us); }
+      };
+      return c;
+    }
+    // After a choice that was not forced: a choice of another backend than DMA relaxes its observed cost.
+    void chose(gpu_backend b) const
+    {
+      if (b != gpu_backend::dma_batch) { dma_cost.relax(); }
+    }
+    // Bytes one `dma_batch` descriptor of `plan` moves: a run, or, with strided copies, the runs of
+    // a stretch of consecutive page pairs (both sides +1: one strided copy per layer and plane).
+    template <kv_layout Src, kv_layout Dst>
+    double descriptor_bytes(copy_plan<Src, Dst> const& plan) const
+    {
+      double const run = run_bytes(plan);
+      if (!config.dma.strided_runs || !dma_batch::strided_api_available() || plan.pages.empty()) { return run; }
+      std::size_t stretches = 1;
+      for (std::size_t i = 1; i < plan.pages.size(); ++i) {
+        page_pair const a = plan.pages[i - 1], b = plan.pages[i];
+        stretches += b.src == a.src + 1 && b.dst == a.dst + 1 ? 0 : 1;
+      }
+      return run * double(plan.pages.size()) / double(stretches);
     }
     // The executor's device; throws when there was none at construction (no GPU).
     int bound() const
@@ -459,13 +462,12 @@ class gpu_executor {
         }
         transfer_option o = table[b];
         if (backend == gpu_backend::dma_batch) {
-          double const cap = block_bytes / (config.dma_descriptor_us * 1e3);  // GB/s at one descriptor per run
+          double const us = dma_cost.us();              // as observed: more beside a launch-heavy engine
+          double const cap = block_bytes / (us * 1e3);  // GB/s at one descriptor per run
           for (auto& g : o.gbps) {
             g = std::min(g, cap);
           }
-          if (!config.dma_submit_thread) {
-            o.caller_cpu_ms_per_gib = double(1 << 30) / block_bytes * config.dma_descriptor_us * 1e-3;
-          }
+          if (!config.dma_submit_thread) { o.caller_cpu_ms_per_gib = double(1 << 30) / block_bytes * us * 1e-3; }
         }
         candidates.push_back(std::move(o));
         which.push_back(backend);
@@ -486,6 +488,8 @@ class gpu_executor {
     }
 
     gpu_executor_config config;
+    // What a DMA descriptor costs its enqueuing thread, as observed (starts at the configured figure).
+    mutable descriptor_cost dma_cost{config.dma_descriptor_us > 0 ? config.dma_descriptor_us : 1};
     int device = -1;  // set once, at construction
     std::atomic<gpu_activity> activity{gpu_activity::idle};
     std::atomic<double> compute_ms{0};
@@ -528,8 +532,8 @@ class gpu_executor {
     if (!t) {
       auto const& c = st.config;
       t = std::make_unique<detail::gpu_record_thread>(st.cuda->device, c.record_staging_bytes,
-                                                      kind == copy_kind::load ? c.load_kernel : c.copy_kernel, c.dma,
-                                                      c.staged);
+                                                      kind == copy_kind::load ? c.load_kernel : c.copy_kernel,
+                                                      st.dma_config(), c.staged);
     }
     return *t;
   }
@@ -574,7 +578,10 @@ class gpu_executor {
     {
       validate(plan);
       gpu_backend b = st->config.force.value_or(gpu_backend::gpu_assisted);
-      if (!st->config.force) { b = st->choose(kind, double(plan.bytes()), run_bytes(plan), true); }
+      if (!st->config.force) {
+        b = st->choose(kind, double(plan.bytes()), st->descriptor_bytes(plan), true);
+        st->chose(b);
+      }
       switch (b) {
         case gpu_backend::gpu_assisted:
           std::get<gpu_assisted>(set).enqueue(plan, s, {});
@@ -615,7 +622,8 @@ class gpu_executor {
     constexpr bool records = record_layout<Src> || record_layout<Dst>;
     gpu_backend b = st.config.force.value_or(gpu_backend::gpu_assisted);
     if (!st.config.force || (b == gpu_backend::staged && !records)) {
-      b = st.choose(kind, double(plan.bytes()), run_bytes(plan), records);
+      b = st.choose(kind, double(plan.bytes()), st.descriptor_bytes(plan), records);
+      st.chose(b);
     }
     completion const c = kind == copy_kind::load ? completion::per_layer : completion::whole;
     backend_set& set = kind == copy_kind::load ? cp.load : cp.copy;
@@ -657,6 +665,12 @@ class gpu_executor {
 
   std::unique_ptr<state> state_;
 };
+}  // namespace strata
+
+#include <strata/cache/detail/gpu_warm_up.inl>
+
+namespace strata {
+
 static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, pinned_host_pool>>);
 static_assert(copy_executor<gpu_executor, tier_stack<device_pool<layer_first>, pinned_host_pool, file_store&>>);
 

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <span>
 #include <string>
 
@@ -119,5 +120,66 @@ inline std::size_t choose_transfer(std::span<transfer_option const> options, tra
   }
   return best;
 }
+
+/**
+ * @brief What a DMA descriptor costs the thread that enqueues it, as observed: a batched DMA's rate
+ *        on small blocks is capped by it (`gpu_executor_config::dma_descriptor_us`), and it grows
+ *        when that thread contends with the engine's own kernel launches for the driver (a
+ *        launch-heavy eager forward; a CUDA-graph engine launches little). Starts at the configured
+ *        (or calibrated) figure; each window of at least `window` descriptors moves the estimate a
+ *        quarter of the way to the window's mean; each choice that did not use DMA (`relax`) moves
+ *        it 1/16 of the way back to the configured figure, so a backend once slowed by a busy engine
+ *        thread is tried again, and measured again, after a few dozen transfers. Thread-safe.
+ */
+class descriptor_cost {
+ public:
+  /// @throw strata::invalid_argument for a non-positive figure or window
+  explicit descriptor_cost(double configured_us, std::int64_t window = 256)
+      : configured_{configured_us}, us_{configured_us}, window_{window}
+  {
+    STRATA_EXPECTS(configured_us > 0 && window > 0, "descriptor_cost: the figure and the window must be positive (got ",
+                   configured_us, ", ", window, ")");
+  }
+  /// @brief `descriptors` enqueued in `host_us` of the enqueuing thread's time.
+  void observe(std::int64_t descriptors, double host_us)
+  {
+    if (descriptors <= 0 || !(host_us >= 0)) { return; }
+    std::lock_guard lock{m_};
+    pending_descriptors_ += descriptors;
+    pending_us_ += host_us;
+    if (pending_descriptors_ >= window_) {
+      us_ += (pending_us_ / double(pending_descriptors_) - us_) / 4;
+      pending_descriptors_ = 0;
+      pending_us_ = 0;
+    }
+  }
+  /// @brief A choice that did not use DMA: the estimate moves back toward the configured figure.
+  void relax()
+  {
+    std::lock_guard lock{m_};
+    us_ += (configured_ - us_) / 16;
+  }
+  /// @brief A new configured figure (a calibration): the estimate starts from it.
+  void reset(double configured_us)
+  {
+    std::lock_guard lock{m_};
+    configured_ = us_ = configured_us;
+    pending_descriptors_ = 0;
+    pending_us_ = 0;
+  }
+  /// @brief The current estimate, µs per descriptor.
+  [[nodiscard]] double us() const
+  {
+    std::lock_guard lock{m_};
+    return us_;
+  }
+
+ private:
+  mutable std::mutex m_;
+  double configured_, us_;
+  std::int64_t window_;
+  std::int64_t pending_descriptors_ = 0;
+  double pending_us_ = 0;
+};
 
 }  // namespace strata

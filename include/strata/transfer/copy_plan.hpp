@@ -170,6 +170,44 @@ void add_block(Merger& m, kv_geometry const& g, block_ref s, block_ref d)
   }
 }
 
+/// @brief `count` runs of `bytes`, the i-th from `src + i * src_step` to `dst + i * dst_step`.
+template <class Address>
+struct strided_run {
+  Address src{}, dst{};
+  std::size_t bytes{}, src_step{}, dst_step{}, count{};
+};
+
+/**
+ * @brief The runs (in order) as strided runs: a run joins the previous one's group while it has
+ *        the same length and continues both sides' fixed strides (each at least the length, so
+ *        rows never overlap). Every run is in exactly one group, in its order.
+ */
+template <class Address>
+std::vector<strided_run<Address>> strided_runs(std::span<Address const> srcs, std::span<Address const> dsts,
+                                               std::span<std::size_t const> sizes)
+{
+  std::vector<strided_run<Address>> out;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (!out.empty()) {
+      auto& g = out.back();
+      if (g.bytes == sizes[i]) {
+        if (g.count == 1 && srcs[i] >= g.src + g.bytes && dsts[i] >= g.dst + g.bytes) {
+          g.src_step = srcs[i] - g.src;
+          g.dst_step = dsts[i] - g.dst;
+          g.count = 2;
+          continue;
+        }
+        if (g.count > 1 && srcs[i] == g.src + g.count * g.src_step && dsts[i] == g.dst + g.count * g.dst_step) {
+          ++g.count;
+          continue;
+        }
+      }
+    }
+    out.push_back(strided_run<Address>{srcs[i], dsts[i], sizes[i], 0, 0, 1});
+  }
+  return out;
+}
+
 }  // namespace detail
 
 /**
