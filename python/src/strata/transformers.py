@@ -37,7 +37,7 @@ _HOLD_S = 5.0
 
 __all__ = ["StrataKVPool", "StrataCache", "CacheShape", "cache_shape", "GPU_ASSISTED"]
 
-#: ``gpu_controller(force=...)`` value of the SM copy kernels: this integration's default backend.
+#: ``gpu_controller(force=...)`` value of the SM copy kernels (``force=GPU_ASSISTED`` forces them).
 GPU_ASSISTED = 0
 
 
@@ -161,15 +161,13 @@ class StrataKVPool:
         remote_store: a ``strata.redis_store`` below them, shared with other engines (kept alive by
             the pool; only when ``strata.redis_built``).
         **gpu: keyword arguments of ``strata.gpu_controller`` (``force``, ``staged_loads``, ...).
-            ``force`` defaults to ``GPU_ASSISTED`` here (0: SM copy kernels for every transfer);
-            ``force=None`` leaves the backend to the controller's cost-based choice.
+            Without ``force`` the controller chooses each transfer's backend by measured cost.
 
-    Why loads default to ``gpu_assisted`` in this integration: measured on the H200 (docs/real_model.md),
-    a 100-token forward of transformers' Llama over a prefix loaded layer by layer reached its first
-    token in 104.8 / 354.9 ms at 32K / 128K tokens with ``gpu_assisted`` loads and in 140.3 / 628.7 ms
-    with the automatic choice, which takes ``dma_batch`` (alone, its loads are the faster: 83 / 327 ms
-    against 88 / 345 ms). Beside this forward, the DMA loads do not overlap the layers' compute; the
-    SM copies do.
+    On a GPU the pool's controller is warmed up at construction (``controller.warm_up()``: its copy
+    kernels loaded, its cost tables scaled to this machine's link, ``calibration``), and told that
+    its loads run beside the model's forward (``set_activity(1)``: SM copies then cost the forward
+    SMs, the copy engine does not), so that the automatic choice is the right one beside this model
+    (docs/real_model.md).
     """
 
     def __init__(self, config, device_pages: int, host_pages: int, page_tokens: int = 16, dtype=None,
@@ -194,12 +192,16 @@ class StrataKVPool:
             self.v = [torch.zeros(rows, kv_heads, head_dim, dtype=dtype, device=self.device) for _ in range(layers)]
             layout = _s.sglang_layout(self.k, self.v, self.geometry)
         if self.device.type == "cuda":
-            gpu.setdefault("force", GPU_ASSISTED)
             self.controller = _s.gpu_controller(layout, host_pages, options=options, file_store=file_store,
                                                 remote_store=remote_store, **gpu)
+            # The copy kernels loaded now, not at the first load, and the backend choice's costs
+            # measured on this machine's link.
+            self.calibration = self.controller.warm_up()
+            self.controller.set_activity(1)  # each load runs beside the model's forward
         else:
             if gpu:
                 raise TypeError(f"GPU options {sorted(gpu)} need a CUDA pool")
+            self.calibration = None
             self.controller = _s.cpu_controller(layout, host_pages, options=options, file_store=file_store,
                                                 remote_store=remote_store)
         self._next_id = 1
