@@ -39,8 +39,9 @@ struct dma_batch_config {
   /// halves the descriptors: a 32K-token Llama-3.1-8B load on consecutive pages is 64 copies instead
   /// of 65,536, and the copy engine no longer waits for the host to describe it.
   bool strided_runs = true;
-  /// Told, after each batch of copies is described, how many descriptors (runs or strided copies)
-  /// it took and the enqueuing thread's time for them in µs (the executor's observed descriptor cost).
+  /// Told, after each batch of plain descriptors (one run each: not the strided copies, which cost
+  /// more each but carry a whole stretch) is described, how many it took and the enqueuing thread's
+  /// time for them in µs (the executor's observed descriptor cost).
   std::function<void(std::int64_t descriptors, double host_us)> on_enqueue{};
 };
 
@@ -154,30 +155,25 @@ class dma_batch {
 
   void flush(cudaStream_t stream)
   {
-    if (!config_.on_enqueue) {
-      enqueue_collected(stream);
-      return;
-    }
     auto const t0 = std::chrono::steady_clock::now();
-    std::int64_t const descriptors = enqueue_collected(stream);
-    config_.on_enqueue(descriptors,
-                       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    if (enqueue_collected(stream) && config_.on_enqueue) {
+      config_.on_enqueue(std::int64_t(sizes_.size()),
+                         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
   }
 
-  /// Enqueues the last `collect`'s runs; returns the descriptors it took.
-  std::int64_t enqueue_collected(cudaStream_t stream)
+  /// Enqueues the last `collect`'s runs; true when they went as plain descriptors (one per run).
+  bool enqueue_collected(cudaStream_t stream)
   {
     auto const& api = detail::batch_entry_points::get();
     bool const legacy = stream == nullptr || stream == cudaStreamLegacy;  // the batch API rejects it
-    if (!legacy && !strided_.empty() && 2 * strided_.size() <= sizes_.size() && flush_strided(stream)) {
-      return std::int64_t(strided_.size());
-    }
+    if (!legacy && !strided_.empty() && 2 * strided_.size() <= sizes_.size() && flush_strided(stream)) { return false; }
     if (!api.available() || !config_.use_batch_api || legacy) {
       for (std::size_t i = 0; i < sizes_.size(); ++i) {
         STRATA_CUDA_TRY(cudaMemcpyAsync(reinterpret_cast<void*>(dsts_[i]), reinterpret_cast<void const*>(srcs_[i]),
                                         sizes_[i], cudaMemcpyDefault, stream));
       }
-      return std::int64_t(sizes_.size());
+      return true;
     }
     CUmemcpyAttributes attr{};
     attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
@@ -203,7 +199,7 @@ class dma_batch {
                                         api.v128 != nullptr ? detail::concat(", first failure at ", fail_index) : ""));
       }
     }
-    return std::int64_t(sizes_.size());
+    return true;
   }
 
   /// The strided copies of the last `collect` through `cuMemcpy3DBatchAsync`; false (nothing
