@@ -249,7 +249,7 @@ class StrataKVPool:
 
     def _page_index(self, pages):
         """Pool page numbers as a long tensor on the pool's device, copied without a host sync on the
-        current stream; ``_on_stream`` makes another stream wait for the copy before it reads it."""
+        current stream; ``_DeviceIndex.on`` makes another stream wait for the copy before it reads it."""
         t = torch.tensor(list(pages), dtype=torch.long)
         if self.device.type == "cuda":
             made_on = torch.cuda.current_stream(self.device)
