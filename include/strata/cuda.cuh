@@ -159,6 +159,16 @@ class pinned_buffer {
   std::size_t bytes_{};
 };
 
+namespace detail {
+/// @brief Throws `strata::invalid_argument` naming `who` unless `device` is a visible CUDA device.
+inline void require_device(int device, char const* who)
+{
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) { (void)cudaGetLastError(); }
+  STRATA_EXPECTS(device >= 0 && device < count, who, ": CUDA device ", device, " does not exist (", count, " visible)");
+}
+}  // namespace detail
+
 /**
  * @brief Makes `device` current on this thread for the scope, and the previous device current
  *        again at its end (as an engine expects its own device to stay current across strata's calls).
@@ -169,10 +179,7 @@ class device_scope {
   /// @throw strata::invalid_argument for a device that does not exist; strata::cuda_error when the switch fails
   explicit device_scope(int device)
   {
-    int count = 0;
-    STRATA_CUDA_TRY(cudaGetDeviceCount(&count));
-    STRATA_EXPECTS(device >= 0 && device < count, "strata: CUDA device ", device, " does not exist (", count,
-                   " visible)");
+    detail::require_device(device, "device_scope");
     STRATA_CUDA_TRY(cudaGetDevice(&previous_));
     if (previous_ != device) {
       STRATA_CUDA_TRY(cudaSetDevice(device));

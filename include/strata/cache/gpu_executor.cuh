@@ -93,10 +93,7 @@ class gpu_executor {
   explicit gpu_executor(gpu_executor_config config) : state_{std::make_unique<state>(std::move(config))}
   {
     if (state_->config.device) {
-      int count = 0;
-      if (cudaGetDeviceCount(&count) != cudaSuccess) { (void)cudaGetLastError(); }
-      STRATA_EXPECTS(*state_->config.device >= 0 && *state_->config.device < count, "gpu_executor: CUDA device ",
-                     *state_->config.device, " does not exist (", count, " visible)");
+      detail::require_device(*state_->config.device, "gpu_executor");
       state_->device = *state_->config.device;
     } else if (int d = 0; cudaGetDevice(&d) == cudaSuccess) {
       state_->device = d;

@@ -21,9 +21,9 @@ namespace strata {
  * @brief Hands out slot ids `[0, capacity)` of a page store.
  *
  * A fresh allocator hands out ascending ids, so that pages allocated together are adjacent and
- * their copies merge; each allocation comes back in ascending order. Thread-safe: one internal lock, so a store may
- * check its slots
- * (`is_allocated`) on its own threads while the prefix index allocates and releases others.
+ * their copies merge; each allocation comes back in ascending order. Thread-safe: one internal
+ * lock, so a store may check its slots (`is_allocated`) on its own threads while the prefix index
+ * allocates and releases others.
  */
 class slot_allocator {
  public:

@@ -53,10 +53,8 @@ class submit_thread {
    */
   explicit submit_thread(int device = -1) : device_{device}
   {
-    int count = 0;
-    STRATA_CUDA_TRY(cudaGetDeviceCount(&count));
-    if (device_ < 0) { STRATA_CUDA_TRY(cudaGetDevice(&device_)); }
-    STRATA_EXPECTS(device_ < count, "submit_thread: device ", device_, " does not exist (", count, " devices)");
+    if (device_ < 0) { device_ = current_device(); }
+    detail::require_device(device_, "submit_thread");
     worker_ = std::thread{[this] { run(); }};
   }
   /// @brief The device its streams live on.

@@ -60,8 +60,7 @@ class access_cache {
     bool const device = e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
     bool const mapped = e == cudaSuccess && attr.type == cudaMemoryTypeHost && attr.devicePointer == p;
     if (e == cudaSuccess && attr.type == cudaMemoryTypeDevice) {
-      int current = 0;
-      STRATA_CUDA_TRY(cudaGetDevice(&current));
+      int const current = current_device();
       STRATA_EXPECTS(attr.device == current, backend, ": layer ", layer, " plane ", plane, " of the ", layout,
                      " layout is in the memory of device ", attr.device, "; the copy runs on device ", current);
     }
