@@ -40,6 +40,7 @@ TEST_CASE("dma_batch moves stretches of consecutive pages as strided copies, exa
   dma_batch strided;
   dma_batch plain{{.strided_runs = false}};
   std::int64_t const pages = 24;
+  int strided_backups = 0;
   test::for_each_case(false, [&](layout_kind dk, layout_kind hk, kv_geometry const& g, std::uint64_t seed) {
     if (g.page_tokens != 16) { return; }
     std::mt19937_64 rng{seed};
@@ -69,6 +70,28 @@ TEST_CASE("dma_batch moves stretches of consecutive pages as strided copies, exa
           CHECK(test::first_difference(
                     test::download(dev.storage),
                     test::expected_after(load, h_bytes, host.storage.data(), d_bytes, dev.storage.data())) == -1);
+          // And back (a backup): its runs visited layer by layer, as the device holds them.
+          std::vector<page_pair> back(map.size());
+          std::transform(map.begin(), map.end(), back.begin(), [](page_pair p) { return page_pair{p.dst, p.src}; });
+          test::fill_random(d_bytes, rng);
+          test::fill_poison(h_bytes);
+          test::upload(dev.storage, d_bytes);
+          test::upload(host.storage, h_bytes);
+          std::int64_t const before = b->strided_copies();
+          copy_plan const backup{dev.layout, host.layout, std::span<page_pair const>{back}, layer_range::all(g)};
+          submit(*b, backup, stream.get()).synchronize();
+          CHECK(test::first_difference(
+                    test::download(host.storage),
+                    test::expected_after(backup, d_bytes, dev.storage.data(), h_bytes, host.storage.data())) == -1);
+          std::size_t stretches = 1;
+          for (std::size_t i = 1; i < back.size(); ++i) {
+            stretches += back[i].src == back[i - 1].src + 1 && back[i].dst == back[i - 1].dst + 1 ? 0 : 1;
+          }
+          if (b == &strided && dk == layout_kind::layer_first && hk == layout_kind::page_first &&
+              2 * stretches <= back.size()) {
+            CHECK(b->strided_copies() > before);  // the device's blocks of a stretch, one copy per (layer, plane)
+            ++strided_backups;
+          }
         }
       });
     });
@@ -76,6 +99,7 @@ TEST_CASE("dma_batch moves stretches of consecutive pages as strided copies, exa
   CHECK(plain.strided_copies() == 0);
   // Page-first records into layer-first tensors (the engine's load): every stretch is strided.
   CHECK(strided.strided_copies() > 0);
+  CHECK(strided_backups > 0);
 }
 
 TEST_CASE("dma backends handle adversarial page maps", "[gpu][dma]")

@@ -421,19 +421,26 @@ class gpu_executor {
     {
       if (b != gpu_backend::dma_batch) { dma_cost.relax(); }
     }
-    // Bytes one `dma_batch` descriptor of `plan` moves: a run, or, with strided copies, the runs of
-    // a stretch of consecutive page pairs (both sides +1: one strided copy per layer and plane).
+    // Bytes one `dma_batch` descriptor of `plan` moves: a run, or, with strided copies of whole
+    // blocks, the blocks of a stretch of consecutive page pairs (both sides +1: one strided copy per
+    // layer and plane, in the plan's order for a load, in the device's for a backup). Runs shorter
+    // than a block (a transpose, heads apart) and stretches too short to halve the descriptors
+    // count as plain runs.
     template <kv_layout Src, kv_layout Dst>
     double descriptor_bytes(copy_plan<Src, Dst> const& plan) const
     {
       double const run = run_bytes(plan);
-      if (!config.dma.strided_runs || !dma_batch::strided_api_available() || plan.pages.empty()) { return run; }
+      if (!config.dma.strided_runs || !config.dma.use_batch_api || !dma_batch::strided_api_available() ||
+          plan.pages.empty() || run < double(plan.src.geometry().block_bytes())) {
+        return run;
+      }
       std::size_t stretches = 1;
       for (std::size_t i = 1; i < plan.pages.size(); ++i) {
         page_pair const a = plan.pages[i - 1], b = plan.pages[i];
         stretches += b.src == a.src + 1 && b.dst == a.dst + 1 ? 0 : 1;
       }
-      return run * double(plan.pages.size()) / double(stretches);
+      double const per = double(plan.pages.size()) / double(stretches);
+      return per >= 2 ? run * per : run;
     }
     // The executor's device; throws when there was none at construction (no GPU).
     int bound() const

@@ -210,6 +210,37 @@ std::vector<strided_run<Address>> strided_runs(std::span<Address const> srcs, st
 
 }  // namespace detail
 
+namespace detail {
+
+/// @brief `for_each_run` in a chosen order: page by page (`page_major`: each page's layers and
+///        planes), or layer by layer (each (layer, plane) over the pages).
+template <kv_layout Src, kv_layout Dst, class Sink>
+void for_each_run_in(copy_plan<Src, Dst> const& plan, bool page_major, Sink&& sink)
+{
+  kv_geometry const g = plan.src.geometry();
+  run_merger merger{sink};
+  if (page_major) {
+    for (page_pair const p : plan.pages) {
+      for (std::int64_t l = plan.layers.begin; l < plan.layers.end; ++l) {
+        for (std::int64_t k = 0; k < g.planes; ++k) {
+          add_block(merger, g, plan.src.block(p.src, l, k), plan.dst.block(p.dst, l, k));
+        }
+      }
+    }
+  } else {
+    for (std::int64_t l = plan.layers.begin; l < plan.layers.end; ++l) {
+      for (std::int64_t k = 0; k < g.planes; ++k) {
+        for (page_pair const p : plan.pages) {
+          add_block(merger, g, plan.src.block(p.src, l, k), plan.dst.block(p.dst, l, k));
+        }
+      }
+    }
+  }
+  merger.flush();
+}
+
+}  // namespace detail
+
 /**
  * @brief Calls `sink(copy_run)` for each maximal contiguous run of a validated plan.
  *
@@ -223,27 +254,6 @@ std::vector<strided_run<Address>> strided_runs(std::span<Address const> srcs, st
  */
 template <kv_layout Src, kv_layout Dst, class Sink>
 void for_each_run(copy_plan<Src, Dst> const& plan, Sink&& sink)
-{
-  kv_geometry const g = plan.src.geometry();
-  detail::run_merger merger{sink};
-  if constexpr (Dst::order == layout_order::page_major) {
-    for (page_pair const p : plan.pages) {
-      for (std::int64_t l = plan.layers.begin; l < plan.layers.end; ++l) {
-        for (std::int64_t k = 0; k < g.planes; ++k) {
-          detail::add_block(merger, g, plan.src.block(p.src, l, k), plan.dst.block(p.dst, l, k));
-        }
-      }
-    }
-  } else {
-    for (std::int64_t l = plan.layers.begin; l < plan.layers.end; ++l) {
-      for (std::int64_t k = 0; k < g.planes; ++k) {
-        for (page_pair const p : plan.pages) {
-          detail::add_block(merger, g, plan.src.block(p.src, l, k), plan.dst.block(p.dst, l, k));
-        }
-      }
-    }
-  }
-  merger.flush();
-}
+{ detail::for_each_run_in(plan, Dst::order == layout_order::page_major, sink); }
 
 }  // namespace strata

@@ -12,6 +12,7 @@
 
 #include <cuda.h>  // CUmemcpyAttributes: the driver entry point is resolved at run time, not linked
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <span>
@@ -37,7 +38,10 @@ struct dma_batch_config {
   /// consecutive pages: page-first records on one side, one layer's tensor on the other) into one
   /// strided copy each, submitted with `cuMemcpy3DBatchAsync` (CUDA 13 drivers) when that at least
   /// halves the descriptors: a 32K-token Llama-3.1-8B load on consecutive pages is 64 copies instead
-  /// of 65,536, and the copy engine no longer waits for the host to describe it.
+  /// of 65,536, and the copy engine no longer waits for the host to describe it. Runs are visited
+  /// layer by layer (also a backup's into page-first records) unless both sides are page-first.
+  /// Needs `use_batch_api`; once the driver refuses a strided batch, every instance of the process
+  /// sends plain batches.
   bool strided_runs = true;
   /// Told, after each batch of plain descriptors (one run each: not the strided copies, which cost
   /// more each but carry a whole stretch) is described, how many it took and the enqueuing thread's
@@ -83,6 +87,13 @@ struct batch_entry_points {
   }
 };
 
+/// @brief Set once a driver refused a strided batch: no `dma_batch` of the process tries again.
+inline std::atomic<bool>& strided_refused() noexcept
+{
+  static std::atomic<bool> refused{false};
+  return refused;
+}
+
 }  // namespace detail
 
 /**
@@ -111,8 +122,13 @@ class dma_batch {
 
   /// @brief Whether the driver offers `cuMemcpyBatchAsync` (otherwise `cudaMemcpyAsync` per run).
   [[nodiscard]] static bool batch_api_available() { return detail::batch_entry_points::get().available(); }
-  /// @brief Whether the driver offers `cuMemcpy3DBatchAsync` for strided copies.
-  [[nodiscard]] static bool strided_api_available() { return detail::batch_entry_points::get().strided != nullptr; }
+  /// @brief Whether the driver offers `cuMemcpy3DBatchAsync` for strided copies (and has not
+  ///        refused one: after a refusal every instance sends plain batches).
+  [[nodiscard]] static bool strided_api_available()
+  {
+    return detail::batch_entry_points::get().strided != nullptr &&
+           !detail::strided_refused().load(std::memory_order_relaxed);
+  }
   /// @brief The tuning.
   [[nodiscard]] dma_batch_config const& config() const noexcept { return config_; }
   /// @brief Strided copies enqueued so far (each one or more runs; `dma_batch_config::strided_runs`).
@@ -142,13 +158,18 @@ class dma_batch {
     dsts_.clear();
     srcs_.clear();
     sizes_.clear();
-    for_each_run(plan, [this](copy_run const& r) {
+    // Layer by layer unless both sides are page-major (whole records then merge): a backup into
+    // page-first records visits its runs as the device holds them, so that each (layer, plane) of
+    // a stretch of consecutive pages becomes one strided copy, as for a load. A batch's copies run
+    // in any order (their destinations never overlap).
+    constexpr bool page_major = Src::order == layout_order::page_major && Dst::order == layout_order::page_major;
+    detail::for_each_run_in(plan, page_major, [this](copy_run const& r) {
       dsts_.push_back(reinterpret_cast<CUdeviceptr>(r.dst));
       srcs_.push_back(reinterpret_cast<CUdeviceptr>(r.src));
       sizes_.push_back(static_cast<std::size_t>(r.bytes));
     });
     strided_.clear();
-    if (config_.strided_runs && !strided_refused_ && detail::batch_entry_points::get().strided != nullptr) {
+    if (config_.strided_runs && config_.use_batch_api && strided_api_available()) {
       strided_ = detail::strided_runs<CUdeviceptr>(srcs_, dsts_, sizes_);
     }
   }
@@ -203,7 +224,7 @@ class dma_batch {
   }
 
   /// The strided copies of the last `collect` through `cuMemcpy3DBatchAsync`; false (nothing
-  /// enqueued, the error cleared) when the driver refuses them: this instance then stops trying.
+  /// enqueued) when the driver refuses them: no instance tries again.
   bool flush_strided(cudaStream_t stream)
   {
     ops_.clear();
@@ -224,10 +245,10 @@ class dma_batch {
     for (std::size_t at = 0; at < ops_.size(); at += config_.descriptors_per_call) {
       std::size_t const n = std::min(config_.descriptors_per_call, ops_.size() - at);
       if (fn(n, ops_.data() + at, 0, reinterpret_cast<CUstream>(stream)) != CUDA_SUCCESS) {
-        // Refused before anything of this call was enqueued; the copies of earlier calls, if
-        // any, are enqueued again by the caller's fallback: the same bytes to the same place.
-        (void)cudaGetLastError();
-        strided_refused_ = true;
+        // Refused before anything of this call was enqueued (a driver call: the runtime's last
+        // error is untouched); the copies of earlier calls, if any, are enqueued again by the
+        // caller's fallback: the same bytes to the same place.
+        detail::strided_refused().store(true, std::memory_order_relaxed);
         return false;
       }
     }
@@ -240,7 +261,6 @@ class dma_batch {
   std::vector<std::size_t> sizes_;
   std::vector<detail::strided_run<CUdeviceptr>> strided_;
   std::vector<CUDA_MEMCPY3D_BATCH_OP> ops_;
-  bool strided_refused_ = false;
   std::int64_t strided_copies_ = 0;
 };
 static_assert(transfer_backend<dma_batch>);

@@ -57,7 +57,11 @@ gpu_calibration gpu_executor::warm_up(Tiers const& tiers, std::int64_t scratch_b
       std::get<gpu_assisted>(cp.copy), copy_plan{d, h, every, all}, copy_plan{d, h, half, all}, cp.copy_stream);
   c.copy_gbps[std::size_t(gpu_backend::dma_batch)] =
       marginal(std::get<dma_batch>(cp.copy), copy_plan{d, h, every, all}, copy_plan{d, h, half, all}, cp.copy_stream);
-  transfer_measurement const s = measure_transfer(cp.direct, scattered, cp.load_stream);
+  dma_batch_config plain_config = st.config.dma;  // one descriptor per run: what a descriptor costs
+  plain_config.strided_runs = false;
+  plain_config.on_enqueue = {};
+  dma_batch plain{plain_config};
+  transfer_measurement const s = measure_transfer(plain, scattered, cp.load_stream);
   c.dma_descriptor_us = s.runs > 0 ? s.enqueue_us / double(s.runs) : 0;
 
   auto const scale = [](transfer_option& o, double measured) {
