@@ -160,6 +160,11 @@ class pinned_buffer {
 };
 
 namespace detail {
+/// @brief Whether `s` is a default stream (legacy or per-thread): not a handle of one device, but
+///        the default stream of whichever device is current where it is used.
+inline bool is_default_stream(cudaStream_t s) noexcept
+{ return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread; }
+
 /// @brief Throws `strata::invalid_argument` naming `who` unless `device` is a visible CUDA device.
 inline void require_device(int device, char const* who)
 {

@@ -123,13 +123,12 @@ def test_gpu_controller_rejects_a_bad_load_quota():
 def test_a_pool_on_the_second_gpu_works_with_the_first_current(force):
     torch.cuda.set_device(0)
     c, stream, doc = engine_loop_exact(force, "cuda:1", current=0)
-    # Streams of device 0 (its own, and the default stream while device 0 is current): refused
-    # before anything changes; the same plan then starts with device 1's stream.
+    # A stream of device 0: refused before anything changes; the same plan then starts with
+    # device 1's stream (its default stream is 0, as device 0's: the pool's device's, whichever is current).
     c.submit(3, doc + [7], max_new_tokens=4, stream=stream)
     plan = c.schedule()
-    for other in (torch.cuda.current_stream(0).cuda_stream, 0):
-        with pytest.raises(ValueError, match="device"):
-            c.begin_loads(plan, other)
+    with pytest.raises(ValueError, match="device"):
+        c.begin_loads(plan, torch.cuda.Stream(device=0).cuda_stream)
     c.check_invariants()
     loads = c.begin_loads(plan, stream)
     assert [s.id for s in loads.started] == [3] and torch.cuda.current_device() == 0

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // A GPU controller bound to its pool's device whichever device the calling thread has current:
 // loads land on the pool's device through every backend, the caller's device stays current after
-// each call, and a stream of another device (or a default stream while another device is current)
-// is refused with nothing changed. The cases with two devices skip, with a warning, on one GPU.
+// each call, a stream of another device is refused with nothing changed, and a default stream is
+// the pool's device's (PyTorch's default stream of every device is 0). The cases with two devices
+// skip, with a warning, on one GPU.
 #include "../support/costs.hpp"
 #include "gpu_support.cuh"
 #include "kv_pages.cuh"
@@ -10,6 +11,7 @@
 #include <strata/cache/gpu_policies.cuh>
 
 #include <numeric>
+#include <optional>
 
 using namespace strata;
 
@@ -109,31 +111,41 @@ struct bound_engine {
     (void)cache.finish_prefill(request_id{1}, compute.get());
     cache.release(request_id{1});
     settle();
+    drop();
+  }
+  /// The document dropped from the device (kept on the host), the pool poisoned.
+  void drop()
+  {
     REQUIRE(cache.evict(tier::device, device_pages, compute.get()) >= doc_pages);
     settle();
     device_scope const model{pool_device};
     STRATA_CUDA_TRY(cudaMemset(memory.data(), 0xA5, memory.size()));  // poison
     STRATA_CUDA_TRY(cudaDeviceSynchronize());
   }
-  /// Loads the document back for request `id`; each layer checked on the compute stream after its
-  /// wait. Returns the words found wrong.
-  unsigned long long load_and_check(std::uint64_t id)
+  /// Loads the document back for request `id`; each layer checked on the compute stream (or `on`,
+  /// e.g. a default stream: the pool's device's) after its wait. Returns the words found wrong.
+  unsigned long long load_and_check(std::uint64_t id, std::optional<cudaStream_t> on = std::nullopt)
   {
+    cudaStream_t const stream = on ? *on : compute.get();
     cache.submit({request_id{id}, q(std::int32_t(id)), 0, 1, 0.0});
-    auto const batch = cache.begin_loads(cache.schedule({1 << 20, 0, 0, 0}), compute.get());
+    auto const batch = cache.begin_loads(cache.schedule({1 << 20, 0, 0, 0}), stream);
     still_callers();
     REQUIRE(batch.started.size() == 1);
     REQUIRE(batch.started[0].cached_pages[1] == doc_pages);
     auto* bad = reinterpret_cast<unsigned long long*>(bad_count.data());
     test::page_jobs const jobs = jobs_of(id, q(std::int32_t(id)));
     for (std::int64_t l = 0; l < geo.layers; ++l) {
-      REQUIRE(wait_layer(batch, l, compute.get()));
+      REQUIRE(wait_layer(batch, l, stream));
+      still_callers();
       device_scope const model{pool_device};
-      test::check_layer<<<doc_pages, 128, 0, compute.get()>>>(pool, jobs, l, bad);
+      test::check_layer<<<doc_pages, 128, 0, stream>>>(pool, jobs, l, bad);
       STRATA_CUDA_TRY(cudaGetLastError());
     }
-    STRATA_CUDA_TRY(cudaStreamSynchronize(compute.get()));
-    (void)cache.finish_prefill(request_id{id}, compute.get());
+    {
+      device_scope const model{pool_device};
+      STRATA_CUDA_TRY(cudaStreamSynchronize(stream));
+    }
+    (void)cache.finish_prefill(request_id{id}, stream);
     cache.release(request_id{id});
     settle();
     unsigned long long wrong = 0;
@@ -172,6 +184,8 @@ TEST_CASE("gpu controller: loads land on the pool's device (one device)", "[gpu]
     bound_engine e{0, 0, forced(way)};
     e.compute_and_drop();
     CHECK(e.load_and_check(2) == 0);
+    e.drop();
+    CHECK(e.load_and_check(4, cudaStreamLegacy) == 0);  // on the default stream
   }
 }
 
@@ -188,12 +202,11 @@ TEST_CASE("gpu controller: a pool on the second device with the first one curren
     e.compute_and_drop();
     CHECK(e.load_and_check(2) == 0);
 
-    // A stream of device 0, and device 0's default stream: refused, nothing changed.
+    // A stream of device 0: refused, nothing changed.
     cuda_stream other;  // made with device 0 current
     e.cache.submit({request_id{3}, e.q(3), 0, 1, 0.0});
     auto const plan = e.cache.schedule({1 << 20, 0, 0, 0});
     CHECK_THROWS_AS(e.cache.begin_loads(plan, other.get()), invalid_argument);
-    CHECK_THROWS_AS(e.cache.begin_loads(plan, cuda::stream_ref{cudaStreamLegacy}), invalid_argument);
     e.cache.check_invariants();
     auto const b = e.cache.begin_loads(plan, e.compute.get());  // the same plan, with a stream of device 1
     e.still_callers();
@@ -203,6 +216,12 @@ TEST_CASE("gpu controller: a pool on the second device with the first one curren
     e.cache.release(request_id{3});
     e.settle();
     e.cache.check_invariants();
+
+    // The default stream with device 0 current: device 1's (loads, waits and the check on it).
+    e.drop();
+    CHECK(e.load_and_check(5, cudaStreamLegacy) == 0);
+    e.drop();
+    CHECK(e.load_and_check(6, cudaStreamPerThread) == 0);
   }
   STRATA_CUDA_TRY(cudaSetDevice(0));
 }

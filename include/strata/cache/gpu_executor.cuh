@@ -101,7 +101,7 @@ class gpu_executor {
       (void)cudaGetLastError();  // no GPU: refused at the first call that needs one
     }
     for (auto const& given : {state_->config.load_stream, state_->config.copy_stream}) {
-      if (given && state_->device >= 0) {
+      if (given && state_->device >= 0 && !detail::is_default_stream(given->get())) {
         int of_stream = 0;
         STRATA_CUDA_TRY(cudaStreamGetDevice(given->get(), &of_stream));
         STRATA_EXPECTS(of_stream == state_->device, "gpu_executor: a configured stream belongs to device ", of_stream,
@@ -237,8 +237,10 @@ class gpu_executor {
 
   /**
    * @brief Throws unless `stream` can order this executor's copies: a stream of the executor's
-   *        device, or the legacy / per-thread default stream while that device is current on the
-   *        calling thread (the default stream is the current device's). The controller calls it
+   *        device, or a default stream (legacy or per-thread), which means the executor's device's
+   *        whichever device the calling thread has current (as PyTorch's default stream of a
+   *        device is handle 0: the executor makes its device current to use it, and so does
+   *        `transfer_handle::wait_layer` for the handles it returns). The controller calls it
    *        before it changes anything.
    * @throw strata::invalid_argument naming both devices
    */
@@ -246,13 +248,7 @@ class gpu_executor {
   {
     cudaStream_t const raw = stream.get();
     int const served = state_->bound();
-    if (raw == nullptr || raw == cudaStreamLegacy || raw == cudaStreamPerThread) {
-      int const current = current_device();
-      STRATA_EXPECTS(current == served, "gpu_executor: the default stream given is device ", current,
-                     "'s (the current device); the executor copies on device ", served,
-                     ": pass a stream of that device, or make it current");
-      return;
-    }
+    if (detail::is_default_stream(raw)) { return; }
     int of_stream = 0;
     STRATA_CUDA_TRY(cudaStreamGetDevice(raw, &of_stream));
     STRATA_EXPECTS(of_stream == served, "gpu_executor: the stream belongs to device ", of_stream,

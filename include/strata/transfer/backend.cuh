@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -65,6 +66,7 @@ class transfer_handle {
   /// @brief A handle for `layers` with events created (not yet recorded).
   transfer_handle(layer_range layers, completion c) : state_{std::make_shared<state>()}, layers_{layers}
   {
+    state_->device = current_device();
     auto const n = c == completion::per_layer ? layers.size() : 1;
     state_->events.reserve(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) {
@@ -86,6 +88,8 @@ class transfer_handle {
   /**
    * @brief Makes `stream` wait until `layer` has landed (and only that layer, where tracked per
    *        layer). Blocks the calling thread only while a submit thread has not yet enqueued it.
+   *        A default stream (0, legacy, per-thread) is the default stream of the device the
+   *        transfer was submitted on, whichever device is current.
    * @throw strata::invalid_argument for a layer outside the transfer, or an empty handle
    * @throw the submit thread's error, if enqueueing failed there
    */
@@ -97,18 +101,16 @@ class transfer_handle {
     std::size_t const i = index(layer);
     (void)host_finished(true);
     await_recorded(i + 1);
-    STRATA_CUDA_TRY(cudaStreamWaitEvent(stream.get(), state_->raw[i], 0));
+    stream_wait(stream.get(), {&state_->raw[i], 1});
   }
 
-  /// @brief Makes `stream` wait until the whole transfer has landed.
+  /// @brief Makes `stream` wait until the whole transfer has landed (a default stream: as `wait_layer`).
   void wait(cuda::stream_ref stream) const
   {
     STRATA_EXPECTS(valid(), "transfer_handle: empty handle");
     (void)host_finished(true);
     await_recorded(state_->raw.size());
-    for (auto e : state_->raw) {
-      STRATA_CUDA_TRY(cudaStreamWaitEvent(stream.get(), e, 0));
-    }
+    stream_wait(stream.get(), state_->raw);
   }
 
   /// @brief Blocks the calling thread until the whole transfer has landed.
@@ -214,7 +216,17 @@ class transfer_handle {
     std::function<bool(bool)> host;  // `set_host_part` (empty: none)
     std::mutex host_m;
     bool host_done = false;
+    int device = -1;  // current at construction, where the events were made (-1: `failed_before_start`)
   };
+  /// Makes `stream` wait for `events`; a default stream on the transfer's device.
+  void stream_wait(cudaStream_t stream, std::span<cudaEvent_t const> events) const
+  {
+    std::optional<device_scope> on;
+    if (detail::is_default_stream(stream) && state_->device >= 0) { on.emplace(state_->device); }
+    for (auto e : events) {
+      STRATA_CUDA_TRY(cudaStreamWaitEvent(stream, e, 0));
+    }
+  }
   /// Whether the host part finished (or there is none); a failure fails the handle (and throws).
   /// Without `block` it never waits, not even for another thread blocked in it (then: not yet).
   bool host_finished(bool block) const

@@ -82,10 +82,7 @@ struct green_entry_points {
 inline CUgreenCtx green_context_of(cudaStream_t stream) noexcept
 {
   auto const& api = green_entry_points::get();
-  if (api.stream_green_ctx == nullptr || stream == nullptr || stream == cudaStreamLegacy ||
-      stream == cudaStreamPerThread) {
-    return nullptr;
-  }
+  if (api.stream_green_ctx == nullptr || is_default_stream(stream)) { return nullptr; }
   CUgreenCtx ctx{};
   if (api.stream_green_ctx(reinterpret_cast<CUstream>(stream), &ctx) != CUDA_SUCCESS) { return nullptr; }
   return ctx;
