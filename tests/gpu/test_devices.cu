@@ -250,4 +250,9 @@ TEST_CASE("gpu executor: warm_up measures the link and scales the cost tables to
   e.still_callers();
   e.compute_and_drop();
   CHECK(e.load_and_check(2) == 0);  // and it serves, on the tables it measured
+  // Again with transfers behind it and a scratch smaller than two pages (it takes two).
+  e.drop();
+  gpu_calibration const again = x.warm_up(e.cache.tiers(), 1);
+  CHECK(again.load_gbps[std::size_t(gpu_backend::dma_batch)] > 0);
+  CHECK(e.load_and_check(3) == 0);
 }

@@ -139,9 +139,10 @@ class gpu_executor {
    *        it by the extra time; every activity's rate by measured over the table's idle rate;
    *        `staged`, the same copy engine, as `dma_batch`) and `dma_descriptor_us` to the measured
    *        enqueue time. The tables' shape (what each activity costs) stays the H200's, their level
-   *        becomes this link's. About 10–30 ms. Not concurrently with `submit`: call it before the
-   *        first transfer (the controller's `executor()`).
-   * @throw strata::invalid_argument for fewer than 2 pages of scratch; what CUDA throws
+   *        becomes this link's. About 10–30 ms, plus the wait for the transfers in flight, which it
+   *        lets land first; a `submit` meanwhile (another thread) waits for it. Best called before
+   *        the first transfer (the controller's `executor()`). The scratch holds at least 2 pages.
+   * @throw what CUDA throws
    */
   template <class Tiers>
   gpu_calibration warm_up(Tiers const& tiers, std::int64_t scratch_bytes = std::int64_t{64} << 20);
@@ -162,6 +163,7 @@ class gpu_executor {
     state& st = *state_;
     layer_range const all = layer_range::all(tiers.geometry());
     try {
+      std::lock_guard const serial{st.serial};
       device_scope const on{st.bound()};
       check_stream(stream);
       cuda_parts& cp = st.parts();
@@ -395,11 +397,11 @@ class gpu_executor {
     // Called with the executor's device current.
     cuda_parts& parts()
     {
-      if (!cuda) {
+      std::call_once(cuda_made, [this] {
         gpu_executor_config c = config;
         c.dma = dma_config();
         cuda = std::make_unique<cuda_parts>(c);
-      }
+      });
       return *cuda;
     }
     // The `dma_batch` tuning its instances get: their enqueue times feed `dma_cost`.
@@ -498,6 +500,8 @@ class gpu_executor {
     std::atomic<std::int64_t> failed{0};
     detail::record_io_log records;  // record I/O not yet seen finished
     std::unique_ptr<cuda_parts> cuda;
+    std::once_flag cuda_made;  // `parts` makes `cuda` once, whichever thread asks first
+    std::mutex serial;         // `submit` and `warm_up`: never side by side (backends, tables)
   };
 
   /// `last` (or, when no GPU copy was issued, a handle of its own) finishing once `io` has: the

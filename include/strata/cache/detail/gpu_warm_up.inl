@@ -13,6 +13,8 @@ template <class Tiers>
 gpu_calibration gpu_executor::warm_up(Tiers const& tiers, std::int64_t scratch_bytes)
 {
   state& st = *state_;
+  std::lock_guard const serial{st.serial};  // no submission meanwhile: the backends and tables are ours
+  synchronize();                            // and none in flight (the submit and record threads idle)
   device_scope const on{st.bound()};
   cuda_parts& cp = st.parts();
   using D = typename Tiers::template store_type<0>;
@@ -25,9 +27,7 @@ gpu_calibration gpu_executor::warm_up(Tiers const& tiers, std::int64_t scratch_b
     STRATA_CUDA_TRY(cudaFuncGetAttributes(&a, detail::copy_blocks_kernel<DL, HL>));
   }
   kv_geometry const g = tiers.geometry();
-  std::int64_t const pages = scratch_bytes / g.page_bytes();
-  STRATA_EXPECTS(pages >= 2, "gpu_executor::warm_up: ", scratch_bytes, " bytes of scratch hold fewer than 2 pages of ",
-                 g.page_bytes(), " bytes");
+  std::int64_t const pages = std::max<std::int64_t>(2, scratch_bytes / g.page_bytes());
   pinned_buffer host(std::size_t(pages * g.page_bytes()));
   device_buffer dev(std::size_t(pages * g.page_bytes()));
   page_first const h{host.data(), g, pages};
