@@ -176,7 +176,7 @@ int main()
       (void)cache.complete(loads);
       checked += cached.size();
       for (auto const& it : loads.ran) {
-        if (!it.last_chunk) { continue; }
+        if (!it.last_chunk || !cache.prefilled(it.id)) { continue; }  // false: a failed load sent it back
         // Backups start after the compute on `stream`; decode reads the table only once the loads
         // still filling pages it shares with another batch landed (false: they failed, the pages
         // hold garbage: release the request and submit it again).

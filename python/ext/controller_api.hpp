@@ -109,6 +109,7 @@ class controller_api {
   virtual std::int64_t device_pages_available() const = 0;
   virtual std::size_t waiting() const = 0;
   virtual bool failed(request_id id) const = 0;
+  virtual bool prefilled(request_id id) const = 0;
   virtual std::size_t live_requests() const = 0;
   virtual std::size_t pending_submissions() const = 0;
   virtual cache_stats stats() const = 0;

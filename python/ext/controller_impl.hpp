@@ -90,6 +90,7 @@ class controller_impl final : public controller_api {
   std::int64_t device_pages_available() const override { return c_.device_pages_available(); }
   std::size_t waiting() const override { return c_.waiting(); }
   bool failed(request_id id) const override { return c_.failed(id); }
+  bool prefilled(request_id id) const override { return c_.prefilled(id); }
   std::size_t live_requests() const override { return c_.live_requests(); }
   std::size_t pending_submissions() const override { return c_.pending_submissions(); }
   cache_stats stats() const override { return c_.stats(); }

@@ -1136,6 +1136,9 @@ void bind_controller(nb::module_& m)
       .def("waiting", [](P const& p) { return p.get().waiting(); })
       .def(
           "failed", [](P const& p, std::uint64_t id) { return p.get().failed({id}); }, "id"_a)
+      .def(
+          "prefilled", [](P const& p, std::uint64_t id) { return p.get().prefilled({id}); }, "id"_a,
+          "Whether finish_prefill is due: False once a failed load sent the request back to wait.")
       .def("live_requests", [](P const& p) { return p.get().live_requests(); })
       .def("pending_submissions", [](P const& p) { return p.get().pending_submissions(); })
       .def("stats", [](P const& p) { return p.get().stats(); })

@@ -215,6 +215,32 @@ def test_a_forward_on_another_stream_reads_the_prefix_it_was_given():
     pool.abort(cache)
 
 
+@gpu
+def test_commit_right_after_the_forward_waits_for_a_load_still_in_flight():
+    """A load is only ordered on the stream: commit may run while it is still copying (the current
+    stream held by a sleep here). It must wait for the load, not take it for a failure, and cache
+    what the model computed."""
+    transformers = pytest.importorskip("transformers")
+    model, pool, context, suffix = tiny_llama_with_a_prefix(transformers, seed=3)
+    s = torch.cuda.current_stream().cuda_stream
+    pool.controller.synchronize()
+    pool.controller.poll(s)
+    assert pool.controller.evict(strata.tier.device, 64, s) == 8
+    pool.controller.synchronize()
+    torch.cuda._sleep(200_000_000)  # the load below is ordered after ~0.1 s of GPU clock
+    ids = torch.cat([context, suffix])
+    cache = pool.cache_for(ids, max_new_tokens=1)
+    assert cache.cached_pages == [0, 8, 0, 0]
+    with torch.no_grad():
+        model(ids[None], past_key_values=cache, use_cache=True)
+    assert pool.controller.pending_submissions() > 0, "the load is still in flight at commit"
+    pool.commit(cache)  # no host sync before it
+    torch.cuda.synchronize()
+    assert pool.controller.stats().failed_transfers == 0
+    assert pool.controller.probe(ids.tolist()).fastest_tokens[0] == 256, "the context back on the device"
+    pool.controller.check_invariants()
+
+
 def assert_records_in_pool(host, k, v, perm, pt):
     """Record p of ``host`` ([layer][plane][token][head][dim]) is page ``perm[p]`` of the pool's
     per-layer K and V tensors ([pages * pt, heads, dim]): checked with torch indexing."""

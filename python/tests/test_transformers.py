@@ -126,15 +126,33 @@ def test_rejections(model):
 
 
 class _LoadFailsOnGpu:
-    """The pool's controller, except that ``complete`` reports the loads failed: what a GPU says only
-    after the model ran (its ``wait_layer`` orders the stream and returns)."""
+    """The pool's controller, except that the loads are reported as a GPU reports a load that failed
+    after the model ran (its ``wait_layer`` only ordered the stream): settled, and the request sent
+    back to wait (no longer prefilled)."""
 
     def __init__(self, real):
         self._real = real
 
-    def complete(self, loads):
-        self._real.complete(loads)
+    def prefilled(self, rid):
         return False
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class _LoadStillCopying:
+    """The pool's controller, except that the loads are still copying until ``synchronize``."""
+
+    def __init__(self, real):
+        self._real = real
+        self.synchronized = False
+
+    def complete(self, loads):
+        return self._real.complete(loads) and self.synchronized
+
+    def synchronize(self):
+        self.synchronized = True
+        self._real.synchronize()
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -157,6 +175,26 @@ def test_commit_after_a_failed_load_caches_nothing_and_ends_the_request(model):
     assert real.probe(ids.tolist()).tokens == 0  # nothing of it entered the index
     with pytest.raises(strata.Error, match="committed already"):
         pool.commit(cache)
+    real.check_invariants()
+
+
+def test_commit_waits_for_loads_still_copying_and_refuses_bad_output_first(model):
+    pool = StrataKVPool(model.config, device_pages=16, host_pages=16, page_tokens=16, dtype=torch.float32)
+    real = pool.controller
+    ids = torch.arange(40)
+    cache = pool.cache_for(ids, max_new_tokens=4)
+    with torch.no_grad():
+        model(ids[None], past_key_values=cache, use_cache=True)
+    with pytest.raises(ValueError, match="batch of 2"):  # nothing changed: commit can run again
+        pool.commit(cache, torch.zeros(2, 41, dtype=torch.long), keep_output=True)
+    slow = _LoadStillCopying(real)
+    pool.controller = slow
+    try:
+        pool.commit(cache)
+    finally:
+        pool.controller = real
+    assert slow.synchronized and real.live_requests() == 0
+    assert real.probe(ids.tolist()).tokens == 32  # its two whole pages are cached
     real.check_invariants()
 
 

@@ -1457,8 +1457,11 @@ TEST_CASE("controller: a failed load under a finished request's table fails it a
   auto ha = start(4, a);
   REQUIRE(ha.started[0].cached_pages[std::size_t(tier::host)] == 3);
   REQUIRE(ha.transfer.has_value());
-  CHECK(cache.complete(hb));  // B's batch loaded nothing
+  CHECK(cache.prefilled(request_id{4}));  // its one chunk ran: finish_prefill is due
+  CHECK(cache.complete(hb));              // B's batch loaded nothing
+  CHECK(cache.prefilled(request_id{2}));
   auto const rb = cache.finish_prefill(request_id{2});
+  CHECK_FALSE(cache.prefilled(request_id{2}));  // running
   REQUIRE(rb.duplicate_positions.size() == 3);  // B's table now points at A's arriving pages
   REQUIRE(rb.after.size() == 1);
   CHECK_FALSE(cache.failed(request_id{2}));
@@ -1467,6 +1470,10 @@ TEST_CASE("controller: a failed load under a finished request's table fails it a
   CHECK(cache.failed(request_id{2}));  // at once, before the controller settled the load
   CHECK(cache.complete(ha));           // settled: it sends A back to wait and marks B failed
   CHECK(cache.failed(request_id{2}));
+  CHECK_FALSE(cache.prefilled(request_id{4}));  // A: back to wait, what it computed dropped
+  CHECK_FALSE(cache.failed(request_id{4}));     // (it runs again when scheduled)
+  CHECK_THROWS_AS(cache.finish_prefill(request_id{4}), invalid_argument);
+  CHECK_THROWS_AS((void)cache.prefilled(request_id{99}), invalid_argument);
   cache.release(request_id{2});
   cache.check_invariants();
 

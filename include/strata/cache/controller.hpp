@@ -213,6 +213,11 @@ class cache_controller {
   ///        `wait_after` returns false): its output is wrong and it should be aborted (`release`)
   ///        and resubmitted. @throw strata::invalid_argument for an unknown request
   [[nodiscard]] bool failed(request_id id) const;
+  /// @brief Whether the request's last chunk ran and `finish_prefill` is due: false while chunks
+  ///        are left, after `finish_prefill`, and once a failed load of its batch sent it back to
+  ///        wait (`complete`/`poll`: what the engine computed from that batch must be dropped; it
+  ///        runs again when scheduled). @throw strata::invalid_argument for an unknown request
+  [[nodiscard]] bool prefilled(request_id id) const;
   /// @brief Live requests (submitted, not released).
   [[nodiscard]] std::size_t live_requests() const;
   /// @brief Executor submissions not yet settled.

@@ -322,10 +322,21 @@ class StrataKVPool:
             raise _s.Error(f"StrataKVPool: the cache holds {have} tokens, the prompt has {len(cache.tokens)}: "
                            "run the model on it before commit")
         cached_pages = sum(cache.cached_pages)
+        seq = None  # the output to keep, checked before anything changes
+        if keep_output and output_ids is not None:
+            seq = _tokens(output_ids)
+            if seq[: len(cache.tokens)] != cache.tokens:
+                seq = cache.tokens + seq
+            seq = seq[:have]
         prompt_pages = len(cache.tokens) // pt
         # On a GPU a load fails asynchronously: wait_layer only ordered the stream, the model may
-        # have read what a failed load left. Then nothing of the request is cached, and it ends.
-        if not c.complete(cache.loads) or c.failed(cache.id):
+        # have read what a failed load left. The loads settle first (landed or failed); a failed one
+        # marks the request failed, or sends it back to wait (no longer prefilled, its pages not
+        # its own). Then nothing of the request is cached, and it ends.
+        if not c.complete(cache.loads):
+            c.synchronize()
+            c.complete(cache.loads)
+        if c.failed(cache.id) or not c.prefilled(cache.id):
             c.release(cache.id)
             c.poll(stream)
             cache.committed = True
@@ -334,14 +345,10 @@ class StrataKVPool:
         self._scatter(cache, cache.page_table, cached_pages, min(prompt_pages, have // pt))
         c.finish_prefill(cache.id, stream)
         keep = None
-        if keep_output and output_ids is not None:
-            seq = _tokens(output_ids)
-            if seq[: len(cache.tokens)] != cache.tokens:
-                seq = cache.tokens + seq
-            seq = seq[:have]
-            pages = len(seq) // pt
+        if seq is not None:
+            table = c.page_table(cache.id)  # finish_prefill may have swapped duplicates
+            pages = min(len(seq) // pt, len(table))  # generate may have run past max_new_tokens
             if pages > prompt_pages:
-                table = c.page_table(cache.id)  # finish_prefill may have swapped duplicates
                 self._scatter(cache, table, prompt_pages, pages)
                 keep = seq[: pages * pt]
         c.release(cache.id, keep, stream)

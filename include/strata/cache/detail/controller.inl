@@ -393,6 +393,13 @@ bool cache_controller<Policies>::failed(request_id id) const
 }
 
 template <cache_policies Policies>
+bool cache_controller<Policies>::prefilled(request_id id) const
+{
+  std::lock_guard lock{m_};
+  return live(id, "prefilled").at == stage::prefilled;
+}
+
+template <cache_policies Policies>
 std::size_t cache_controller<Policies>::live_requests() const
 {
   std::lock_guard lock{m_};
