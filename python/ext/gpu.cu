@@ -159,19 +159,18 @@ class copier_impl final : public gpu_copier_api {
             // A backend is not thread-safe (its descriptor ring, its events) and Python calls this
             // without the GIL: one copy at a time.
             std::lock_guard lock{m_};
+            validate(plan);  // a refused plan binds nothing
             // The copy runs on the stream's device (a default stream: the current device's), the one
             // the backend's buffers were made on at its first copy.
             auto const raw = reinterpret_cast<cudaStream_t>(stream);
             int device = current_device();
-            if (raw != nullptr && raw != cudaStreamLegacy && raw != cudaStreamPerThread) {
-              STRATA_CUDA_TRY(cudaStreamGetDevice(raw, &device));
-            }
-            if (device_ < 0) { device_ = device; }
-            STRATA_EXPECTS(device == device_, B::name, ": this copier works on device ", device_,
+            if (!detail::is_default_stream(raw)) { STRATA_CUDA_TRY(cudaStreamGetDevice(raw, &device)); }
+            STRATA_EXPECTS(device_ < 0 || device == device_, B::name, ": this copier works on device ", device_,
                            " (its first copy's); the stream given is device ", device, "'s");
             device_scope const on{device};
             transfer_handle h =
                 strata::submit(*b_, plan, cuda::stream_ref{raw}, per_layer ? completion::per_layer : completion::whole);
+            device_ = device;
             return std::make_unique<transfer_impl>(std::move(h), b_);
           }
         },
