@@ -205,7 +205,7 @@ class StrataKVPool:
             self.controller = _s.cpu_controller(layout, host_pages, options=options, file_store=file_store,
                                                 remote_store=remote_store)
         self._next_id = 1
-        self.waits: list[int] = []  # layers waited for, in order (what the per-layer overlap relies on)
+        self.waits: list[int] = []  # layers the latest request waited for, in order (the per-layer overlap)
 
     # --- the stream strata orders its copies after ------------------------------------------------
     def _stream(self) -> int:
@@ -223,6 +223,7 @@ class StrataKVPool:
         c = self.controller
         stream = self._stream()
         c.submit(rid, tokens, max_new_tokens=max_new_tokens, stream=stream)
+        self.waits.clear()
         deadline = None
         for attempt in itertools.count():
             if attempt >= 8:  # held back: a remote lookup or a prefetch on a store's threads
@@ -321,13 +322,13 @@ class StrataKVPool:
         if have < len(cache.tokens) - 1:
             raise _s.Error(f"StrataKVPool: the cache holds {have} tokens, the prompt has {len(cache.tokens)}: "
                            "run the model on it before commit")
-        cached_pages = sum(cache.cached_pages)
         seq = None  # the output to keep, checked before anything changes
         if keep_output and output_ids is not None:
             seq = _tokens(output_ids)
             if seq[: len(cache.tokens)] != cache.tokens:
                 seq = cache.tokens + seq
             seq = seq[:have]
+        cached_pages = sum(cache.cached_pages)
         prompt_pages = len(cache.tokens) // pt
         # On a GPU a load fails asynchronously: wait_layer only ordered the stream, the model may
         # have read what a failed load left. The loads settle first (landed or failed); a failed one
