@@ -49,13 +49,15 @@ TEST_CASE("dma_batch moves stretches of consecutive pages as strided copies, exa
         INFO("device " << to_string(dk) << ", host " << to_string(hk) << ", geometry " << g);
         // Stretches of consecutive pairs at random offsets (a loaded prefix on pages allocated in order).
         std::vector<page_pair> map;
-        std::vector<bool> used(pages);
+        // Sources are distinct too: the map is reversed below (a backup), destinations never repeat.
+        std::vector<bool> used(pages), read(pages);
         for (int tries = 0; tries < 64 && map.size() < 16; ++tries) {
           std::int64_t const len = 1 + std::int64_t(rng() % 8), s0 = std::int64_t(rng() % pages),
                              d0 = std::int64_t(rng() % pages);
           for (std::int64_t i = 0; i < len && s0 + i < pages && d0 + i < pages; ++i) {
-            if (used[std::size_t(d0 + i)]) { break; }
+            if (used[std::size_t(d0 + i)] || read[std::size_t(s0 + i)]) { break; }
             used[std::size_t(d0 + i)] = true;
+            read[std::size_t(s0 + i)] = true;
             map.push_back({s0 + i, d0 + i});
           }
         }
