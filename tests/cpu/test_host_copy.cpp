@@ -264,84 +264,83 @@ TEST_CASE("strided runs cover every run once, in order, and gather strided ones"
   page_first const pf{m1.data(), g, n};
   layer_first const lf{m2.data(), g, n};
   auto const all = layer_range::all(g);
-  std::mt19937_64 rng{7};
-  for (int trial = 0; trial < 200; ++trial) {
-    auto const pairs = random_stretches(rng, n);
-    auto const [src, dst, bytes] = runs_of(copy_plan{pf, lf, std::span<page_pair const>{pairs}, all});
-    auto const groups = detail::strided_runs<std::uint64_t>(src, dst, bytes);
-    std::size_t i = 0;
-    for (auto const& grp : groups) {  // expanded in order, the groups are the runs
-      REQUIRE(grp.count >= 1);
-      if (grp.count > 1) { CHECK((grp.src_step >= grp.bytes && grp.dst_step >= grp.bytes)); }
-      for (std::size_t k = 0; k < grp.count; ++k, ++i) {
-        REQUIRE(i < src.size());
-        CHECK(src[i] == grp.src + k * grp.src_step);
-        CHECK(dst[i] == grp.dst + k * grp.dst_step);
-        CHECK(bytes[i] == grp.bytes);
+  SECTION("page-first records into layer-first tensors (a load)")
+  {
+    std::mt19937_64 rng{7};
+    for (int trial = 0; trial < 200; ++trial) {
+      auto const pairs = random_stretches(rng, n);
+      auto const [src, dst, bytes] = runs_of(copy_plan{pf, lf, std::span<page_pair const>{pairs}, all});
+      auto const groups = detail::strided_runs<std::uint64_t>(src, dst, bytes);
+      std::size_t i = 0;
+      for (auto const& grp : groups) {  // expanded in order, the groups are the runs
+        REQUIRE(grp.count >= 1);
+        if (grp.count > 1) { CHECK((grp.src_step >= grp.bytes && grp.dst_step >= grp.bytes)); }
+        for (std::size_t k = 0; k < grp.count; ++k, ++i) {
+          REQUIRE(i < src.size());
+          CHECK(src[i] == grp.src + k * grp.src_step);
+          CHECK(dst[i] == grp.dst + k * grp.dst_step);
+          CHECK(bytes[i] == grp.bytes);
+        }
       }
+      CHECK(i == src.size());
     }
-    CHECK(i == src.size());
-  }
-  // Consecutive pages on both sides: one strided copy per (layer, plane).
-  std::vector<page_pair> consecutive;
-  for (std::int64_t p = 0; p < 40; ++p) {
-    consecutive.push_back({p + 3, p + 10});
-  }
-  auto const [src, dst, bytes] = runs_of(copy_plan{pf, lf, std::span<page_pair const>{consecutive}, all});
-  CHECK(src.size() == std::size_t(40 * g.layers * g.planes));
-  auto const groups = detail::strided_runs<std::uint64_t>(src, dst, bytes);
-  REQUIRE(groups.size() == std::size_t(g.layers * g.planes));
-  CHECK(groups[0].count == 40);
-  CHECK(groups[0].src_step == std::size_t(g.page_bytes()));
-  CHECK(groups[0].dst_step == std::size_t(g.block_bytes()));
-}
-
-TEST_CASE("a backup's runs, layer by layer, are the same runs and stride per (layer, plane)", "[cpu][host_copy]")
-{
-  kv_geometry const g{4, 8, 2, 16, 2, 2};
-  std::int64_t const n = 64;
-  std::vector<std::byte> m1(n * g.page_bytes()), m2(n * g.page_bytes());
-  layer_first const lf{m1.data(), g, n};
-  page_first const pf{m2.data(), g, n};
-  auto const all = layer_range::all(g);
-  using run = std::tuple<std::uint64_t, std::uint64_t, std::size_t>;
-  auto const sorted_runs = [](auto const& columns) {
-    auto const& [s, d, b] = columns;
-    std::vector<run> out;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      out.emplace_back(s[i], d[i], b[i]);
+    // Consecutive pages on both sides: one strided copy per (layer, plane).
+    std::vector<page_pair> consecutive;
+    for (std::int64_t p = 0; p < 40; ++p) {
+      consecutive.push_back({p + 3, p + 10});
     }
-    std::sort(out.begin(), out.end());
-    return out;
-  };
-  // Consecutive device pages backed up to consecutive records: page by page, a group per page at
-  // best; layer by layer, one strided copy per (layer, plane).
-  std::vector<page_pair> consecutive;
-  for (std::int64_t p = 0; p < 40; ++p) {
-    consecutive.push_back({p + 5, p + 17});
+    auto const [src, dst, bytes] = runs_of(copy_plan{pf, lf, std::span<page_pair const>{consecutive}, all});
+    CHECK(src.size() == std::size_t(40 * g.layers * g.planes));
+    auto const groups = detail::strided_runs<std::uint64_t>(src, dst, bytes);
+    REQUIRE(groups.size() == std::size_t(g.layers * g.planes));
+    CHECK(groups[0].count == 40);
+    CHECK(groups[0].src_step == std::size_t(g.page_bytes()));
+    CHECK(groups[0].dst_step == std::size_t(g.block_bytes()));
   }
-  copy_plan const backup{lf, pf, std::span<page_pair const>{consecutive}, all};
-  auto const by_page = runs_of(backup);
-  auto const [src, dst, bytes] = runs_of(backup, false);
-  REQUIRE(src.size() == std::size_t(40 * g.layers * g.planes));
-  CHECK(sorted_runs(by_page) == sorted_runs(std::tuple{src, dst, bytes}));  // the same runs
-  CHECK(detail::strided_runs<std::uint64_t>(std::get<0>(by_page), std::get<1>(by_page), std::get<2>(by_page)).size() >=
+  SECTION(
+      "layer-first tensors into page-first records (a backup): layer by layer, the same runs, a copy per (layer, "
+      "plane)")
+  {
+    using run = std::tuple<std::uint64_t, std::uint64_t, std::size_t>;
+    auto const sorted_runs = [](auto const& columns) {
+      auto const& [s, d, b] = columns;
+      std::vector<run> out;
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        out.emplace_back(s[i], d[i], b[i]);
+      }
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+    // Consecutive device pages backed up to consecutive records: page by page, a group per page at
+    // best; layer by layer, one strided copy per (layer, plane).
+    std::vector<page_pair> consecutive;
+    for (std::int64_t p = 0; p < 40; ++p) {
+      consecutive.push_back({p + 5, p + 17});
+    }
+    copy_plan const backup{lf, pf, std::span<page_pair const>{consecutive}, all};
+    auto const by_page = runs_of(backup);
+    auto const [src, dst, bytes] = runs_of(backup, false);
+    REQUIRE(src.size() == std::size_t(40 * g.layers * g.planes));
+    CHECK(sorted_runs(by_page) == sorted_runs(std::tuple{src, dst, bytes}));  // the same runs
+    CHECK(
+        detail::strided_runs<std::uint64_t>(std::get<0>(by_page), std::get<1>(by_page), std::get<2>(by_page)).size() >=
         40);
-  auto const groups = detail::strided_runs<std::uint64_t>(src, dst, bytes);
-  REQUIRE(groups.size() == std::size_t(g.layers * g.planes));
-  CHECK(groups[0].count == 40);
-  CHECK(groups[0].src_step == std::size_t(g.block_bytes()));
-  CHECK(groups[0].dst_step == std::size_t(g.page_bytes()));
-  // Random stretches: layer by layer, the same runs as page by page, and stretches of 4.4 pages on
-  // average at least halve the copies.
-  std::mt19937_64 rng{11};
-  for (int trial = 0; trial < 200; ++trial) {
-    auto const pairs = random_stretches(rng, n);
-    copy_plan const plan{lf, pf, std::span<page_pair const>{pairs}, all};
-    auto const layered = runs_of(plan, false);
-    CHECK(sorted_runs(layered) == sorted_runs(runs_of(plan)));
-    auto const& [s, d, b] = layered;
-    CHECK(2 * detail::strided_runs<std::uint64_t>(s, d, b).size() <= s.size());
+    auto const groups = detail::strided_runs<std::uint64_t>(src, dst, bytes);
+    REQUIRE(groups.size() == std::size_t(g.layers * g.planes));
+    CHECK(groups[0].count == 40);
+    CHECK(groups[0].src_step == std::size_t(g.block_bytes()));
+    CHECK(groups[0].dst_step == std::size_t(g.page_bytes()));
+    // Random stretches: layer by layer, the same runs as page by page, and stretches of 4.4 pages on
+    // average at least halve the copies.
+    std::mt19937_64 rng{11};
+    for (int trial = 0; trial < 200; ++trial) {
+      auto const pairs = random_stretches(rng, n);
+      copy_plan const plan{lf, pf, std::span<page_pair const>{pairs}, all};
+      auto const layered = runs_of(plan, false);
+      CHECK(sorted_runs(layered) == sorted_runs(runs_of(plan)));
+      auto const& [s, d, b] = layered;
+      CHECK(2 * detail::strided_runs<std::uint64_t>(s, d, b).size() <= s.size());
+    }
   }
 }
 
