@@ -8,6 +8,8 @@
 #pragma once
 
 #include <strata/cache/detail/gpu_records.cuh>
+#include <strata/cache/detail/record_io.hpp>
+#include <strata/cache/executor.hpp>
 #include <strata/cache/gpu_executor_config.cuh>
 #include <strata/cuda.cuh>
 #include <strata/transfer/backend.cuh>
@@ -82,8 +84,8 @@ struct gpu_cuda_parts {
   cuda_event order;
   gpu_backend_set load;  // used for loads only, so several loads and copies are in flight independently
   gpu_backend_set copy;
-  dma_batch direct;                     // dma_batch on the calling thread (no submit thread, or several directions)
-  std::optional<submit_thread> thread;  // destroyed first: it finishes enqueueing into `load`/`copy`
+  dma_batch direct;                         // dma_batch on the calling thread (no submit thread, or several directions)
+  std::optional<submit_thread> thread;      // destroyed first: it finishes enqueueing into `load`/`copy`
   std::array<transfer_handle, 2> threaded;  // the submit thread's last transfer of each kind
   std::mutex threaded_mutex;                // `synchronize` reads `threaded` from any thread
   // Records to and from the device: loads, background copies (started at first use; the state

@@ -26,6 +26,9 @@
 
 namespace strata::detail {
 
+/// The backends of one kind of copy (loads, background copies), one instance each.
+using gpu_backend_set = std::tuple<gpu_assisted, dma_batch, staged>;
+
 /**
  * @brief One thread, its backends and its pinned staging (two halves: the next chunk of records is
  *        read, or written, while the one before crosses PCIe). A `gpu_executor` has two, one for
@@ -34,7 +37,7 @@ namespace strata::detail {
  */
 class gpu_record_thread {
  public:
-  using backend_set = std::tuple<gpu_assisted, dma_batch, staged>;  ///< as the executor's
+  using backend_set = gpu_backend_set;  ///< as the executor's
 
   /**
    * @param device where the thread enqueues its copies
