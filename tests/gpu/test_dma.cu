@@ -104,6 +104,83 @@ TEST_CASE("dma_batch moves stretches of consecutive pages as strided copies, exa
   CHECK(strided_backups > 0);
 }
 
+TEST_CASE("dma_batch's strided copies stay inside each tensor of a table of allocations", "[gpu][dma]")
+{
+  // An engine's table: every (layer, plane) its own cudaMalloc. Scattered pages make runs of one
+  // block each, and two of them pair up as "a stride" whenever both sides ascend — across two
+  // tensors too, were the (layer, plane) blocks not kept apart.
+  cuda_stream stream;
+  dma_batch b;
+  kv_geometry const g{8, 16, 1, 128, 2, 2};
+  std::int64_t const pages = 64;
+  std::vector<test::device_storage> tensors;
+  std::vector<std::byte*> table;
+  for (std::int64_t t = 0; t < g.layers * g.planes; ++t) {
+    tensors.emplace_back(std::size_t(pages * g.block_bytes()));
+    table.push_back(static_cast<std::byte*>(tensors.back().data()));
+  }
+  test::pinned_storage host_mem(std::size_t(pages * g.page_bytes()));
+  layer_first_table const dev{table, g, pages};
+  page_first const host{static_cast<std::byte*>(host_mem.data()), g, pages};
+  std::mt19937_64 rng{29};
+  for (int trial = 0; trial < 8; ++trial) {
+    auto const load_map = test::scattered_pairs(pages, 25, rng);
+    std::vector<page_pair> backup_map;
+    for (auto const p : load_map) {
+      backup_map.push_back({p.dst, p.src});
+    }
+    std::vector<std::vector<std::byte>> dev_bytes(tensors.size());
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      dev_bytes[t].resize(tensors[t].size());
+      test::fill_poison(dev_bytes[t]);
+      test::upload(tensors[t], dev_bytes[t]);
+    }
+    std::vector<std::byte> host_bytes(host_mem.size());
+    test::fill_random(host_bytes, rng);
+    test::upload(host_mem, host_bytes);
+    copy_plan const load{host, dev, std::span<page_pair const>{load_map}, layer_range::all(g)};
+    submit(b, load, stream.get()).synchronize();
+    auto const offset = [](std::byte const* block, void const* base) {
+      return std::size_t(block - static_cast<std::byte const*>(base));
+    };
+    for (auto const p : load_map) {  // each block of each page, from its record
+      for (std::int64_t l = 0; l < g.layers; ++l) {
+        for (std::int64_t k = 0; k < g.planes; ++k) {
+          std::size_t const t = std::size_t(l * g.planes + k),
+                            from = offset(host.block(p.src, l, k).data, host_mem.data()),
+                            to = offset(dev.block(p.dst, l, k).data, tensors[t].data());
+          std::copy_n(host_bytes.begin() + std::ptrdiff_t(from), g.block_bytes(),
+                      dev_bytes[t].begin() + std::ptrdiff_t(to));
+        }
+      }
+    }
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      INFO("trial " << trial << ", load, tensor " << t);
+      CHECK(test::first_difference(test::download(tensors[t]), dev_bytes[t]) == -1);
+    }
+    // And back into poisoned records.
+    test::fill_poison(host_bytes);
+    test::upload(host_mem, host_bytes);
+    copy_plan const backup{dev, host, std::span<page_pair const>{backup_map}, layer_range::all(g)};
+    submit(b, backup, stream.get()).synchronize();
+    for (auto const p : backup_map) {
+      for (std::int64_t l = 0; l < g.layers; ++l) {
+        for (std::int64_t k = 0; k < g.planes; ++k) {
+          std::size_t const t = std::size_t(l * g.planes + k),
+                            from = offset(dev.block(p.src, l, k).data, tensors[t].data()),
+                            to = offset(host.block(p.dst, l, k).data, host_mem.data());
+          std::copy_n(dev_bytes[t].begin() + std::ptrdiff_t(from), g.block_bytes(),
+                      host_bytes.begin() + std::ptrdiff_t(to));
+        }
+      }
+    }
+    INFO("trial " << trial << ", backup");
+    CHECK(test::first_difference(test::download(host_mem), host_bytes) == -1);
+  }
+  CHECK(b.strided_copies() > 0);
+  CHECK(dma_batch::strided_api_available());  // the driver refused none of them
+}
+
 TEST_CASE("dma backends handle adversarial page maps", "[gpu][dma]")
 {
   cuda_stream stream;

@@ -226,6 +226,21 @@ inline std::vector<page_pair> random_map(std::int64_t n, std::int64_t src_pages,
   return out;
 }
 
+/// `count` page pairs at random places of two `pages`-page pools, no source and no destination twice.
+inline std::vector<page_pair> scattered_pairs(std::int64_t pages, std::size_t count, std::mt19937_64& rng)
+{
+  std::vector<std::int64_t> src(static_cast<std::size_t>(pages)), dst(static_cast<std::size_t>(pages));
+  std::iota(src.begin(), src.end(), 0);
+  std::iota(dst.begin(), dst.end(), 0);
+  std::shuffle(src.begin(), src.end(), rng);
+  std::shuffle(dst.begin(), dst.end(), rng);
+  std::vector<page_pair> out;
+  for (std::size_t i = 0; i < count && i < src.size(); ++i) {
+    out.push_back({src[i], dst[i]});
+  }
+  return out;
+}
+
 /// A random valid geometry small enough for exhaustive byte checks.
 inline kv_geometry random_geometry(std::mt19937_64& rng)
 {

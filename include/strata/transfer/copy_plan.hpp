@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 namespace strata {
@@ -181,14 +182,23 @@ struct strided_run {
  * @brief The runs (in order) as strided runs: a run joins the previous one's group while it has
  *        the same length and continues both sides' fixed strides (each at least the length, so
  *        rows never overlap). Every run is in exactly one group, in its order.
+ * @param starts ascending indices of runs that begin a group whatever their addresses (the first
+ *        run of each (layer, plane) block: a group's rows then lie in one tensor on each side, never
+ *        across two allocations that merely happen to lie in order)
  */
 template <class Address>
 std::vector<strided_run<Address>> strided_runs(std::span<Address const> srcs, std::span<Address const> dsts,
-                                               std::span<std::size_t const> sizes)
+                                               std::span<std::size_t const> sizes,
+                                               std::span<std::size_t const> starts = {})
 {
   std::vector<strided_run<Address>> out;
+  auto next_start = starts.begin();
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if (!out.empty()) {
+    bool const starts_here = next_start != starts.end() && *next_start == i;
+    while (next_start != starts.end() && *next_start <= i) {
+      ++next_start;
+    }
+    if (!out.empty() && !starts_here) {
       auto& g = out.back();
       if (g.bytes == sizes[i]) {
         if (g.count == 1 && srcs[i] >= g.src + g.bytes && dsts[i] >= g.dst + g.bytes) {
@@ -212,10 +222,16 @@ std::vector<strided_run<Address>> strided_runs(std::span<Address const> srcs, st
 
 namespace detail {
 
+/// @brief What `for_each_run_in` calls at each block when the caller asks for nothing.
+struct no_block_starts {
+  void operator()() const noexcept {}
+};
+
 /// @brief `for_each_run` in a chosen order: page by page (`page_major`: each page's layers and
-///        planes), or layer by layer (each (layer, plane) over the pages).
-template <kv_layout Src, kv_layout Dst, class Sink>
-void for_each_run_in(copy_plan<Src, Dst> const& plan, bool page_major, Sink&& sink)
+///        planes), or layer by layer (each (layer, plane) over the pages). Layer by layer, a given
+///        `block_start` is called before each (layer, plane)'s first run, and no run spans two of them.
+template <kv_layout Src, kv_layout Dst, class Sink, class BlockStart = no_block_starts>
+void for_each_run_in(copy_plan<Src, Dst> const& plan, bool page_major, Sink&& sink, BlockStart&& block_start = {})
 {
   kv_geometry const g = plan.src.geometry();
   run_merger merger{sink};
@@ -230,6 +246,10 @@ void for_each_run_in(copy_plan<Src, Dst> const& plan, bool page_major, Sink&& si
   } else {
     for (std::int64_t l = plan.layers.begin; l < plan.layers.end; ++l) {
       for (std::int64_t k = 0; k < g.planes; ++k) {
+        if constexpr (!std::is_same_v<std::remove_cvref_t<BlockStart>, no_block_starts>) {
+          merger.flush();
+          block_start();
+        }
         for (page_pair const p : plan.pages) {
           add_block(merger, g, plan.src.block(p.src, l, k), plan.dst.block(p.dst, l, k));
         }

@@ -39,7 +39,8 @@ struct dma_batch_config {
   /// strided copy each, submitted with `cuMemcpy3DBatchAsync` (CUDA 13 drivers) when that at least
   /// halves the descriptors: a 32K-token Llama-3.1-8B load on consecutive pages is 64 copies instead
   /// of 65,536, and the copy engine no longer waits for the host to describe it. Runs are visited
-  /// layer by layer (also a backup's into page-first records) unless both sides are page-first.
+  /// layer by layer (also a backup's into page-first records) unless both sides are page-first,
+  /// and a strided copy stays inside one (layer, plane) block (each may be its own allocation).
   /// Needs `use_batch_api`; once the driver refuses a strided batch, every instance of the process
   /// sends plain batches.
   bool strided_runs = true;
@@ -158,19 +159,24 @@ class dma_batch {
     dsts_.clear();
     srcs_.clear();
     sizes_.clear();
+    block_starts_.clear();
     // Layer by layer unless both sides are page-major (whole records then merge): a backup into
     // page-first records visits its runs as the device holds them, so that each (layer, plane) of
     // a stretch of consecutive pages becomes one strided copy, as for a load. A batch's copies run
-    // in any order (their destinations never overlap).
+    // in any order (their destinations never overlap). A strided copy stays inside one (layer,
+    // plane): the tensors of an engine's table are separate allocations.
     constexpr bool page_major = Src::order == layout_order::page_major && Dst::order == layout_order::page_major;
-    detail::for_each_run_in(plan, page_major, [this](copy_run const& r) {
-      dsts_.push_back(reinterpret_cast<CUdeviceptr>(r.dst));
-      srcs_.push_back(reinterpret_cast<CUdeviceptr>(r.src));
-      sizes_.push_back(static_cast<std::size_t>(r.bytes));
-    });
+    detail::for_each_run_in(
+        plan, page_major,
+        [this](copy_run const& r) {
+          dsts_.push_back(reinterpret_cast<CUdeviceptr>(r.dst));
+          srcs_.push_back(reinterpret_cast<CUdeviceptr>(r.src));
+          sizes_.push_back(static_cast<std::size_t>(r.bytes));
+        },
+        [this] { block_starts_.push_back(sizes_.size()); });
     strided_.clear();
     if (config_.strided_runs && config_.use_batch_api && strided_api_available()) {
-      strided_ = detail::strided_runs<CUdeviceptr>(srcs_, dsts_, sizes_);
+      strided_ = detail::strided_runs<CUdeviceptr>(srcs_, dsts_, sizes_, block_starts_);
     }
   }
 
@@ -259,6 +265,7 @@ class dma_batch {
   dma_batch_config config_;
   std::vector<CUdeviceptr> dsts_, srcs_;
   std::vector<std::size_t> sizes_;
+  std::vector<std::size_t> block_starts_;  // first run of each (layer, plane), layer by layer
   std::vector<detail::strided_run<CUdeviceptr>> strided_;
   std::vector<CUDA_MEMCPY3D_BATCH_OP> ops_;
   std::int64_t strided_copies_ = 0;
