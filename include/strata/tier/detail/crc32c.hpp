@@ -15,7 +15,10 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+// Host code compiled by nvcc too (its host pass defines `__CUDACC__`, not `__CUDA_ARCH__`): a `.cu`
+// file that reads the file tier checks records at the instruction's speed, not the tables' (~9x
+// slower), and every translation unit of a program gets the same definition.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__)
 #include <nmmintrin.h>
 #define STRATA_CRC32C_X86 1
 #endif
