@@ -49,6 +49,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -497,9 +498,10 @@ int main(int argc, char** argv)
   }
   cache.executor().synchronize();
 
-  auto settle_all = [&] {
+  auto settle_all = [&] {  // until a poll finds nothing more landing (what lands may start more)
     cache.executor().synchronize();
-    for (int i = 0; i < 100 && cache.poll(compute) > 0; ++i) {
+    for (int rounds = 0; cache.poll(compute) > 0; ++rounds) {
+      if (rounds == 100) { throw std::runtime_error("bench_engine_loop: transfers still landing after 100 rounds"); }
       cache.executor().synchronize();
     }
   };
