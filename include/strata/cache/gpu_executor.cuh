@@ -332,7 +332,6 @@ class gpu_executor {
   }
 
  private:
-  using backend_set = detail::gpu_backend_set;
   using cuda_parts = detail::gpu_cuda_parts;
   using state = detail::gpu_executor_state;
 
@@ -410,7 +409,7 @@ class gpu_executor {
     state* st;
     copy_kind kind;
     template <kv_layout Src, kv_layout Dst>
-    void operator()(copy_plan<Src, Dst> const& plan, cudaStream_t s, backend_set& set) const
+    void operator()(copy_plan<Src, Dst> const& plan, cudaStream_t s, detail::gpu_backend_set& set) const
     {
       validate(plan);
       gpu_backend b = st->config.force.value_or(gpu_backend::gpu_assisted);
@@ -448,7 +447,7 @@ class gpu_executor {
       st.chose(b);
     }
     completion const c = kind == copy_kind::load ? completion::per_layer : completion::whole;
-    backend_set& set = kind == copy_kind::load ? cp.load : cp.copy;
+    detail::gpu_backend_set& set = kind == copy_kind::load ? cp.load : cp.copy;
     std::size_t const k = kind == copy_kind::load ? 0 : 1;
     transfer_handle h;
     switch (b) {

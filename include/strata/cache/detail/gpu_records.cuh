@@ -37,8 +37,6 @@ using gpu_backend_set = std::tuple<gpu_assisted, dma_batch, staged>;
  */
 class gpu_record_thread {
  public:
-  using backend_set = gpu_backend_set;  ///< as the executor's
-
   /**
    * @param device where the thread enqueues its copies
    * @param staging_bytes the staging's size, two halves of at least one page each
@@ -175,7 +173,7 @@ class gpu_record_thread {
     return page_first{staging_.data() + half * std::size_t(per * g.page_bytes()), g, per};
   }
 
-  backend_set backends_;
+  gpu_backend_set backends_;
   int device_;
   std::int64_t staging_bytes_;
   pinned_buffer staging_;
