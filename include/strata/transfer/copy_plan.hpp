@@ -194,11 +194,10 @@ std::vector<strided_run<Address>> strided_runs(std::span<Address const> srcs, st
   std::vector<strided_run<Address>> out;
   auto next_start = starts.begin();
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    bool const starts_here = next_start != starts.end() && *next_start == i;
-    while (next_start != starts.end() && *next_start <= i) {
+    while (next_start != starts.end() && *next_start < i) {
       ++next_start;
     }
-    if (!out.empty() && !starts_here) {
+    if (!out.empty() && (next_start == starts.end() || *next_start != i)) {
       auto& g = out.back();
       if (g.bytes == sizes[i]) {
         if (g.count == 1 && srcs[i] >= g.src + g.bytes && dsts[i] >= g.dst + g.bytes) {
