@@ -124,19 +124,8 @@ TEST_CASE("dma_batch's strided copies stay inside each tensor of a table of allo
   page_first const host{static_cast<std::byte*>(host_mem.data()), g, pages};
   std::mt19937_64 rng{29};
   for (int trial = 0; trial < 8; ++trial) {
-    auto load_map = test::scattered_pairs(pages, 24, rng);
-    if (trial % 2 == 0) {  // both sides ascending: a block's runs pair up, half the copies (strided)
-      std::vector<std::int64_t> s, d;
-      for (auto const p : load_map) {
-        s.push_back(p.src);
-        d.push_back(p.dst);
-      }
-      std::sort(s.begin(), s.end());
-      std::sort(d.begin(), d.end());
-      for (std::size_t i = 0; i < load_map.size(); ++i) {
-        load_map[i] = {s[i], d[i]};
-      }
-    }
+    // Every other trial ascending on both sides: a block's runs pair up, half the copies (strided).
+    auto const load_map = test::scattered_pairs(pages, 24, rng, trial % 2 == 0);
     std::vector<page_pair> backup_map;
     for (auto const p : load_map) {
       backup_map.push_back({p.dst, p.src});
@@ -152,20 +141,26 @@ TEST_CASE("dma_batch's strided copies stay inside each tensor of a table of allo
     test::upload(host_mem, host_bytes);
     copy_plan const load{host, dev, std::span<page_pair const>{load_map}, layer_range::all(g)};
     submit(b, load, stream.get()).synchronize();
-    auto const offset = [](std::byte const* block, void const* base) {
-      return std::size_t(block - static_cast<std::byte const*>(base));
+    // Block (l, k) of a page in the images: the record's bytes on the host, the tensor's on the device.
+    auto const host_at = [&](std::int64_t page, std::int64_t l, std::int64_t k) {
+      return host_bytes.begin() + (host.block(page, l, k).data - static_cast<std::byte const*>(host_mem.data()));
     };
-    for (auto const p : load_map) {  // each block of each page, from its record
-      for (std::int64_t l = 0; l < g.layers; ++l) {
-        for (std::int64_t k = 0; k < g.planes; ++k) {
-          std::size_t const t = std::size_t(l * g.planes + k),
-                            from = offset(host.block(p.src, l, k).data, host_mem.data()),
-                            to = offset(dev.block(p.dst, l, k).data, tensors[t].data());
-          std::copy_n(host_bytes.begin() + std::ptrdiff_t(from), g.block_bytes(),
-                      dev_bytes[t].begin() + std::ptrdiff_t(to));
+    auto const dev_at = [&](std::int64_t page, std::int64_t l, std::int64_t k) {
+      std::size_t const t = std::size_t(l * g.planes + k);
+      return dev_bytes[t].begin() + (dev.block(page, l, k).data - static_cast<std::byte const*>(tensors[t].data()));
+    };
+    auto const each_block = [&](auto&& f) {
+      for (auto const p : load_map) {
+        for (std::int64_t l = 0; l < g.layers; ++l) {
+          for (std::int64_t k = 0; k < g.planes; ++k) {
+            f(p, l, k);
+          }
         }
       }
-    }
+    };
+    each_block([&](page_pair p, std::int64_t l, std::int64_t k) {
+      std::copy_n(host_at(p.src, l, k), g.block_bytes(), dev_at(p.dst, l, k));
+    });
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       INFO("trial " << trial << ", load, tensor " << t);
       CHECK(test::first_difference(test::download(tensors[t]), dev_bytes[t]) == -1);
@@ -175,17 +170,9 @@ TEST_CASE("dma_batch's strided copies stay inside each tensor of a table of allo
     test::upload(host_mem, host_bytes);
     copy_plan const backup{dev, host, std::span<page_pair const>{backup_map}, layer_range::all(g)};
     submit(b, backup, stream.get()).synchronize();
-    for (auto const p : backup_map) {
-      for (std::int64_t l = 0; l < g.layers; ++l) {
-        for (std::int64_t k = 0; k < g.planes; ++k) {
-          std::size_t const t = std::size_t(l * g.planes + k),
-                            from = offset(dev.block(p.src, l, k).data, tensors[t].data()),
-                            to = offset(host.block(p.dst, l, k).data, host_mem.data());
-          std::copy_n(dev_bytes[t].begin() + std::ptrdiff_t(from), g.block_bytes(),
-                      host_bytes.begin() + std::ptrdiff_t(to));
-        }
-      }
-    }
+    each_block([&](page_pair p, std::int64_t l, std::int64_t k) {  // the load's pairs, reversed
+      std::copy_n(dev_at(p.dst, l, k), g.block_bytes(), host_at(p.src, l, k));
+    });
     INFO("trial " << trial << ", backup");
     CHECK(test::first_difference(test::download(host_mem), host_bytes) == -1);
   }

@@ -226,16 +226,24 @@ inline std::vector<page_pair> random_map(std::int64_t n, std::int64_t src_pages,
   return out;
 }
 
-/// `count` page pairs at random places of two `pages`-page pools, no source and no destination twice.
-inline std::vector<page_pair> scattered_pairs(std::int64_t pages, std::size_t count, std::mt19937_64& rng)
+/// `count` page pairs at random places of two `pages`-page pools, no source and no destination twice;
+/// `ascending`: both the sources and the destinations in ascending order (a stretch of runs whose
+/// addresses rise on both sides, each pair its own "stride").
+inline std::vector<page_pair> scattered_pairs(std::int64_t pages, std::size_t count, std::mt19937_64& rng,
+                                              bool ascending = false)
 {
   std::vector<std::int64_t> src(static_cast<std::size_t>(pages)), dst(static_cast<std::size_t>(pages));
   std::iota(src.begin(), src.end(), 0);
   std::iota(dst.begin(), dst.end(), 0);
   std::shuffle(src.begin(), src.end(), rng);
   std::shuffle(dst.begin(), dst.end(), rng);
+  count = std::min(count, src.size());
+  if (ascending) {
+    std::sort(src.begin(), src.begin() + std::ptrdiff_t(count));
+    std::sort(dst.begin(), dst.begin() + std::ptrdiff_t(count));
+  }
   std::vector<page_pair> out;
-  for (std::size_t i = 0; i < count && i < src.size(); ++i) {
+  for (std::size_t i = 0; i < count; ++i) {
     out.push_back({src[i], dst[i]});
   }
   return out;
