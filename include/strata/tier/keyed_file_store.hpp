@@ -78,11 +78,20 @@ class keyed_file_store {
       : ns_(namespace_key(options.space)),
         files_(file_store::open(checked_geometry(options), checked_pages(options), file_options(options, ns_)))
   {
+    // Two records of one key (two `set`s of it raced: the later one's slot went back to the free
+    // list with its record intact): the first is kept, the other's slot is free.
+    std::vector<std::int64_t> duplicates;
     for (recovered_record const& r : files_.recovered()) {
       content_key const k{r.parent_key, r.key};
+      auto [it, fresh] = index_.try_emplace(k);
+      if (!fresh) {
+        duplicates.push_back(r.slot);
+        continue;
+      }
       lru_.push_front(k);
-      index_.emplace(k, entry{r.slot, r.ids, lru_.begin(), 0});
+      it->second = entry{r.slot, r.ids, lru_.begin(), 0};
     }
+    if (!duplicates.empty()) { files_.slots().release(duplicates); }
   }
   keyed_file_store(keyed_file_store const&) = delete;
   keyed_file_store& operator=(keyed_file_store const&) = delete;
