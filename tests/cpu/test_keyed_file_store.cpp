@@ -242,6 +242,25 @@ TEST_CASE("keyed file store: a page two sets wrote at once is recovered once, it
   }
 }
 
+TEST_CASE("keyed file store: a page listed twice with other ids is not served", "[cpu][keyed_file]")
+{
+  scratch_dir dir("twice");
+  keyed_file_store s(options({dir.sub("a")}, 8));
+  document const d(small_geometry(), 1, 61);
+  REQUIRE(put(s, d) == 1);
+  std::vector<std::int32_t> other(d.ids(0).begin(), d.ids(0).end());
+  other.front() += 1;
+  std::vector<keyed_page> const pages{{d.keys[0], d.ids(0)}, {d.keys[0], other}, {d.keys[0], d.ids(0)}};
+  landing l(3, d.g.page_bytes());
+  CHECK(s.get(pages, l.ptrs, l.intact()) == 2);
+  CHECK(l.flags[0]);
+  CHECK_FALSE(l.flags[1]);
+  CHECK(l.flags[2]);
+  CHECK(l.bufs[0] == d.bytes[0]);
+  CHECK(l.bufs[2] == d.bytes[0]);
+  CHECK(s.stats().pages_rejected == 1);
+}
+
 TEST_CASE("keyed file store: bad input changes nothing", "[cpu][keyed_file]")
 {
   scratch_dir dir("bad");

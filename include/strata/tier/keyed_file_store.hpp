@@ -165,6 +165,7 @@ class keyed_file_store {
     std::vector<std::int64_t> slots;
     std::vector<std::uint64_t> lo;
     std::vector<std::byte*> to;
+    std::vector<char> again(pages.size(), 0);  // listed twice (ids checked): shares the first listing's result
     {
       std::lock_guard lock{m_};
       for (std::size_t i = 0; i < pages.size(); ++i) {
@@ -181,6 +182,7 @@ class keyed_file_store {
           continue;
         }
         if (std::find(slots.begin(), slots.end(), e.slot) != slots.end()) {  // listed twice: read once
+          again[i] = 1;
           continue;
         }
         ++e.readers;
@@ -218,7 +220,7 @@ class keyed_file_store {
     }
     // Pages listed twice share their first listing's result.
     for (std::size_t i = 0; i < pages.size(); ++i) {
-      if (intact[i] || !index_.contains(pages[i].key)) { continue; }
+      if (!again[i]) { continue; }
       for (std::size_t j = 0; j < at.size(); ++j) {
         if (ok[j] && at[j] != i && pages[at[j]].key == pages[i].key) {
           std::memcpy(dests[i], dests[at[j]], std::size_t(page_bytes()));
