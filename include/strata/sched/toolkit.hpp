@@ -97,20 +97,22 @@ inline double remaining_work_s(scheduler_view const& v, std::size_t i, match_res
   return v.costs->load_s(load_pages_of(v, c)) + v.costs->prefill_s(v.waiting[i].prompt_tokens - cached, cached);
 }
 
+/// @brief Pages that hold `tokens` tokens (the partial tail included); no overflow for any
+///        non-negative count.
+inline std::int64_t pages_for(std::int64_t tokens, std::int64_t page_tokens)
+{ return tokens / page_tokens + (tokens % page_tokens != 0 ? 1 : 0); }
+
 /// @brief Device pages a request's first chunk takes when it takes all of them
 ///        (`scheduler_view::pages_by_chunk` false): its uncached prompt pages (the partial tail
 ///        included), the cached pages loaded from lower tiers, and its output's pages.
 inline std::int64_t first_chunk_pages(std::int64_t prompt_tokens, std::int64_t output_tokens, std::int64_t cached_pages,
                                       std::int64_t loaded_pages, std::int64_t page_tokens)
-{
-  return (prompt_tokens + page_tokens - 1) / page_tokens - cached_pages + loaded_pages +
-         (output_tokens + page_tokens - 1) / page_tokens;
-}
+{ return pages_for(prompt_tokens, page_tokens) - cached_pages + loaded_pages + pages_for(output_tokens, page_tokens); }
 
 /// @brief Pages of a request's whole page table: every prompt page (the partial tail included) and
 ///        its output's. What it reserves once started (`scheduler_view::device_pages_unreserved`).
 inline std::int64_t table_pages(std::int64_t prompt_tokens, std::int64_t output_tokens, std::int64_t page_tokens)
-{ return (prompt_tokens + page_tokens - 1) / page_tokens + (output_tokens + page_tokens - 1) / page_tokens; }
+{ return pages_for(prompt_tokens, page_tokens) + pages_for(output_tokens, page_tokens); }
 
 /// @brief Pages a chunk that computes the prompt up to token `end` adds to a page table of `held`
 ///        pages (its cached prefix and earlier chunks' pages): the prompt pages up to `end` it lacks,
