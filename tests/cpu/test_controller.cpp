@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -754,6 +755,38 @@ TEST_CASE("controller: device pages come chunk by chunk, and a request starts on
   }
 }
 
+TEST_CASE("controller: a planned request released and submitted again is not begun from its old plan",
+          "[cpu][controller]")
+{
+  engine_run e{5, 32, 16, write_policy::write_through, false};
+  auto& c = e.cache;
+  tokens_t x(std::size_t(geo.page_tokens * 4), 7);
+  c.submit({request_id{1}, x, 0, 1, 0.0});
+  REQUIRE(c.begin_loads(c.schedule({4096, 0, 0, 0})).ran.size() == 1);
+  (void)c.finish_prefill(request_id{1});
+  c.release(request_id{1});
+  // Request 2 is planned with x's cached pages under its question ...
+  tokens_t asks_x = x;
+  asks_x.resize(x.size() + 5, 9);
+  c.submit({request_id{2}, asks_x, 0, 1, 0.0});
+  auto const plan = c.schedule({4096, 0, 0, 0});
+  REQUIRE(plan.prefills.size() == 1);
+  REQUIRE(plan.prefills[0].cached_tokens == std::int64_t(x.size()));
+  // ... then released, and its id comes back with another prompt before the plan is begun.
+  c.release(request_id{2});
+  tokens_t y(std::size_t(geo.page_tokens * 2 + 3), 11);
+  c.submit({request_id{2}, y, 0, 1, 0.0});
+  auto h = c.begin_loads(plan);
+  CHECK(h.ran.empty());
+  STRATA_REQUIRE_THROWS(invalid_argument, "has not started", (void)c.page_table(request_id{2}));
+  auto h2 = c.begin_loads(c.schedule({4096, 0, 0, 0}));
+  REQUIRE(h2.ran.size() == 1);
+  CHECK(h2.ran[0].cached_tokens == 0);
+  (void)c.finish_prefill(request_id{2});
+  c.release(request_id{2});
+  c.check_invariants();
+}
+
 TEST_CASE("controller: bad input is rejected and changes nothing", "[cpu][controller]")
 {
   engine_run e{3, 32, 16, write_policy::write_through, true};
@@ -769,6 +802,9 @@ TEST_CASE("controller: bad input is rejected and changes nothing", "[cpu][contro
                         e.cache.submit({request_id{2}, t, 0, 1, std::nan("")}));
   STRATA_REQUIRE_THROWS(invalid_argument, "arrival_s must be finite and not negative, got -1",
                         e.cache.submit({request_id{2}, t, 0, 1, -1.0}));
+  // "No limit" as the largest count: refused for the pool's size, not wrapped around into a fit.
+  STRATA_REQUIRE_THROWS(invalid_argument, "more than the device pool's 32",
+                        e.cache.submit({request_id{2}, t, 0, std::numeric_limits<std::int64_t>::max(), 0.0}));
   STRATA_REQUIRE_THROWS(invalid_argument, "token budget", (void)e.cache.schedule({0, 0, 0, 0}));
   STRATA_REQUIRE_THROWS(invalid_argument, "unknown or released", (void)e.cache.page_table(request_id{9}));
   STRATA_REQUIRE_THROWS(invalid_argument, "has not started", (void)e.cache.page_table(request_id{1}));

@@ -319,8 +319,10 @@ class cache_controller {
   detail::compute_registry registry_;
   std::uint64_t round_ = 0;
   std::uint64_t begun_ = 0;
-  std::size_t lookups_pending_ = 0;            // waiting requests with a remote lookup
-  std::vector<std::uint64_t> orphan_lookups_;  // lookups of requests released meanwhile
+  std::uint64_t submissions_ = 0;
+  std::vector<std::pair<request_id, std::uint64_t>> planned_;  // the last plan's prefills: id, submission
+  std::size_t lookups_pending_ = 0;                            // waiting requests with a remote lookup
+  std::vector<std::uint64_t> orphan_lookups_;                  // lookups of requests released meanwhile
   cache_stats stats_{};
 };
 

@@ -64,15 +64,17 @@ void cache_controller<Policies>::submit(cache_request const& r, stream_type stre
   // Its first chunk holds a page for every prompt and output token: a request that cannot fit the
   // whole pool would wait for ever.
   std::int64_t const pt = page_tokens();
-  std::int64_t const needed = first_chunk_pages(prompt, r.max_new_tokens, 0, 0, pt);
-  STRATA_EXPECTS(needed <= tiers_.capacity(tier::device), "cache_controller::submit: request ", r.id.value, " needs ",
-                 needed, " device pages (", (prompt + pt - 1) / pt, " for its ", prompt, "-token prompt, ",
-                 (r.max_new_tokens + pt - 1) / pt, " for ", r.max_new_tokens,
-                 " new tokens), more than the device pool's ", tiers_.capacity(tier::device));
+  std::int64_t const prompt_pages = pages_for(prompt, pt), output_pages = pages_for(r.max_new_tokens, pt);
+  std::int64_t const pool = tiers_.capacity(tier::device);
+  STRATA_EXPECTS(prompt_pages <= pool && output_pages <= pool - prompt_pages, "cache_controller::submit: request ",
+                 r.id.value, " needs ", prompt_pages, " + ", output_pages, " device pages (", prompt_pages, " for its ",
+                 prompt, "-token prompt, ", output_pages, " for ", r.max_new_tokens,
+                 " new tokens), more than the device pool's ", pool);
   auto s = std::make_unique<state>();
   s->tokens.assign(r.tokens.begin(), r.tokens.end());
   s->prompt_tokens = prompt;
   s->max_new_tokens = r.max_new_tokens;
+  s->submission = ++submissions_;
   mark(r.id, *s);
   waiting_request w;
   w.id = r.id;
@@ -103,6 +105,7 @@ batch_plan cache_controller<Policies>::schedule(schedule_budget const& budget)
       "cache_controller::schedule: running figures must not be negative");
   batch_plan plan;
   plan.round = ++round_;
+  planned_.clear();
   if (waiting_.empty()) { return plan; }
   // Requests whose prefetch holds them back (wait_complete, timeout) are left out of the view; the
   // plan's positions are the view's (begin_loads finds its requests by id).
@@ -136,6 +139,9 @@ batch_plan cache_controller<Policies>::schedule(schedule_budget const& budget)
   v.running_max_remaining = budget.running_max_remaining;
   plan = plan_batch(scheduler_, v, tree_);
   plan.round = round_;
+  for (auto const& it : plan.prefills) {
+    planned_.emplace_back(it.id, waiting_state_[hiding ? shown[it.index] : it.index]->submission);
+  }
   for (auto const& d : plan.deferred) {
     waiting_request& w = waiting_[hiding ? shown[d.index] : d.index];
     ++w.deferrals;
@@ -158,7 +164,8 @@ auto cache_controller<Policies>::begin_loads(batch_plan const& plan, stream_type
   // The plan's requests in the waiting list, found by id: a call from another thread since
   // `schedule` (a `poll` that sent a failed load's requests back to wait, a `release`) may have
   // moved them, and requests a prefetch held back were not in the strategy's view. Items whose
-  // request is gone, or was sent back to wait with a later chunk planned, are dropped.
+  // request is gone, was released and submitted again (its plan was sized for another prompt), or
+  // was sent back to wait with a later chunk planned, are dropped.
   std::vector<prefill_item> items;
   for (prefill_item it : plan.prefills) {
     if (it.index >= waiting_.size() || waiting_[it.index].id != it.id) {
@@ -166,6 +173,8 @@ auto cache_controller<Policies>::begin_loads(batch_plan const& plan, stream_type
       if (f == waiting_.end()) { continue; }
       it.index = std::size_t(f - waiting_.begin());
     }
+    auto const p = std::find_if(planned_.begin(), planned_.end(), [&](auto const& q) { return q.first == it.id; });
+    if (p == planned_.end() || p->second != waiting_state_[it.index]->submission) { continue; }
     if (it.first_chunk == waiting_[it.index].started) { continue; }
     items.push_back(it);
   }

@@ -47,6 +47,7 @@ struct request_state {
   std::vector<std::uint64_t> prefetch_room;  ///< the demotions making room for it: retry once they landed
   std::optional<double> prefetch_at;         ///< when its first prefetch started (the controller's clock)
   std::uint64_t remote_lookup = 0;           ///< ticket of its pending remote-tier lookup (0: none)
+  std::uint64_t submission = 0;              ///< which `submit` made it (an id may come back once released)
 };
 
 }  // namespace strata::detail
