@@ -88,8 +88,9 @@ class StrataConnector:
         return self._submit(self._writes, self._set, list(keys), list(memviews))
 
     def submit_batch_exists(self, keys: Sequence[str]) -> int:
-        """Which keys a store holds; per-key results."""
-        return self._submit(self._reads, self._exists, list(keys))
+        """Which keys a store holds; per-key results, the batch ``ok`` when it ran (LMCache reads an
+        exists batch's per-key results only when ``ok``: a miss among hits is not a failure)."""
+        return self._submit(self._reads, self._exists, list(keys), ok_when="ran")
 
     def drain_completions(self) -> List[Completion]:
         """``(future_id, ok, error, per-key results)`` of every batch finished since the last call."""
@@ -114,17 +115,19 @@ class StrataConnector:
 
     # --- the batches (on the connector's threads) ------------------------------------------------
 
-    def _submit(self, pool: ThreadPoolExecutor, task, *args) -> int:
+    def _submit(self, pool: ThreadPoolExecutor, task, *args, ok_when: str = "all") -> int:
+        """Runs ``task(*args)`` on ``pool``; its completion's ``ok`` is true when every key succeeded
+        (``ok_when="all"``: gets and sets) or when the batch ran (``"ran"``: exists)."""
         if self._closed:
             raise RuntimeError("strata LMCache connector: closed")
         fid = next(self._ids)
-        pool.submit(self._run, fid, task, *args)
+        pool.submit(self._run, fid, ok_when, task, *args)
         return fid
 
-    def _run(self, fid: int, task, *args) -> None:
+    def _run(self, fid: int, ok_when: str, task, *args) -> None:
         try:
             flags = [bool(f) for f in task(*args)]
-            done: Completion = (fid, all(flags), "", flags)
+            done: Completion = (fid, ok_when == "ran" or all(flags), "", flags)
         except Exception as e:  # a batch that fails as a whole: every key false
             logger.exception("strata LMCache connector: batch %d failed", fid)
             done = (fid, False, f"{type(e).__name__}: {e}", [False] * len(args[0]))
