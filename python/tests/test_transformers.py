@@ -198,6 +198,31 @@ def test_commit_waits_for_loads_still_copying_and_refuses_bad_output_first(model
     real.check_invariants()
 
 
+def test_commit_refuses_a_whole_page_the_model_did_not_finish(model):
+    pool = StrataKVPool(model.config, device_pages=16, host_pages=16, page_tokens=16, dtype=torch.float32)
+    c = pool.controller
+    # 32 tokens, two whole pages; the model ran on all but the last: page 1 lacks its last row.
+    ids = torch.arange(32)
+    cache = pool.cache_for(ids, max_new_tokens=4)
+    with torch.no_grad():
+        model(ids[None, :-1], past_key_values=cache, use_cache=True)
+    with pytest.raises(strata.Error, match="holds 31 tokens.*2 whole pages of 16"):
+        pool.commit(cache)  # nothing changed: the request is live, nothing cached
+    assert c.live_requests() == 1 and c.probe(ids.tolist()).tokens == 0
+    with torch.no_grad():
+        model(ids[None, -1:], past_key_values=cache, use_cache=True)
+    pool.commit(cache)
+    assert c.probe(ids.tolist()).tokens == 32
+    # 40 tokens: the last one lies in the partial page, which is not cached: commit takes 39.
+    ids = torch.arange(100, 140)
+    cache = pool.cache_for(ids, max_new_tokens=4)
+    with torch.no_grad():
+        model(ids[None, :-1], past_key_values=cache, use_cache=True)
+    pool.commit(cache)
+    assert c.probe(ids.tolist()).tokens == 32 and c.live_requests() == 0
+    c.check_invariants()
+
+
 @pytest.fixture(scope="module")
 def mla_model():
     """A tiny random DeepSeek-V3-shaped model: transformers caches its MLA latent (compressed KV, rotary key)."""

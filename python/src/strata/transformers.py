@@ -319,9 +319,12 @@ class StrataKVPool:
         stream = self._stream()
         pt = self.geometry.page_tokens
         have = cache.get_seq_length()  # tokens whose KV the model holds
-        if have < len(cache.tokens) - 1:
-            raise _s.Error(f"StrataKVPool: the cache holds {have} tokens, the prompt has {len(cache.tokens)}: "
-                           "run the model on it before commit")
+        prompt_pages = len(cache.tokens) // pt
+        # Every whole prompt page is published: the model must hold all of them (the prompt's last
+        # token may be missing only where it lies in a partial page, which is not cached).
+        if have < max(len(cache.tokens) - 1, prompt_pages * pt):
+            raise _s.Error(f"StrataKVPool: the cache holds {have} tokens, the prompt has {len(cache.tokens)} "
+                           f"({prompt_pages} whole pages of {pt}): run the model on it before commit")
         seq = None  # the output to keep, checked before anything changes
         if keep_output and output_ids is not None:
             seq = _tokens(output_ids)
@@ -329,7 +332,6 @@ class StrataKVPool:
                 seq = cache.tokens + seq
             seq = seq[:have]
         cached_pages = sum(cache.cached_pages)
-        prompt_pages = len(cache.tokens) // pt
         # On a GPU a load fails asynchronously: wait_layer only ordered the stream, the model may
         # have read what a failed load left. The loads settle first (landed or failed); a failed one
         # marks the request failed, or sends it back to wait (no longer prefilled, its pages not
