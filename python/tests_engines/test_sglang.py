@@ -236,6 +236,27 @@ def test_legacy_interface_through_flat_pages(tmp_path):
     assert b.get("not-a-page", pool.get_dummy_flat_data_page()) is None
 
 
+def test_layer_first_pages_of_one_interface_are_never_read_by_the_other(tmp_path):
+    """A layer-first MHA page is K, V layer by layer through the zero-copy interface and every K,
+    then every V as the legacy interface's flat page: a restart that switches interfaces misses."""
+    drives = {"file_paths": [str(tmp_path / "kv")], "file_capacity_gb": 0.01}
+    pool = mha_pool("layer_first")
+    p = Prompt(3, 11)
+    legacy = backend({**drives, "interface_v1": 0}, pool)
+    idx = pool.alloc(3 * PAGE)
+    fill(pool, idx, p.tokens)
+    assert legacy.batch_set(p.keys, [pool.get_data_page(int(idx[i * PAGE]), flat=True) for i in range(3)])
+    pool.free(idx)
+    legacy.close()
+    v1 = backend(drives, pool)
+    assert v1.batch_exists(p.keys) == 0 and prefetch(v1, pool, p) == 0
+    assert backup(v1, pool, p) == [True] * 3 and prefetch(v1, pool, p) == 3
+    v1.close()
+    legacy = backend({**drives, "interface_v1": 0}, pool)
+    assert legacy.batch_exists(p.keys) == 3  # its own pages, kept across the restart
+    legacy.close()
+
+
 def test_clear_empties_the_drives_and_the_backend_goes_on(tmp_path):
     pool = mha_pool()
     b = backend({"file_paths": [str(tmp_path / "a"), str(tmp_path / "b")], "file_capacity_gb": 0.01}, pool)

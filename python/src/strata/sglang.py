@@ -122,6 +122,10 @@ class StrataHiCacheStorage(HiCacheStorage):
         mla = bool(c.is_mla_model)
         tp_rank, tp_size = (0, 1) if mla else (c.tp_rank, c.tp_size)
         layout = f"sglang:{getattr(pool, 'layout', 'unknown')}:{'mla' if mla else 'mha'}"
+        if layout == "sglang:layer_first:mha" and not (c.extra_config or {}).get("interface_v1"):
+            # The legacy interface's flat page of a layer-first MHA pool is every layer's K, then
+            # every layer's V; the zero-copy regions go K, V layer by layer: other bytes, other name.
+            layout += ":flat"
         return {"model": model, "dtype": str(pool.dtype).replace("torch.", ""), "layout": layout,
                 "tp_rank": tp_rank, "tp_size": tp_size}
 
