@@ -60,11 +60,11 @@ def mla_pool(layers=3, lora=32, rope=16, tokens=256, dtype=torch.bfloat16):
                                 target_layer_num=layers)
 
 
-def config(extra, tp_rank=0, tp_size=1, mla=False, model="meta-llama/Llama-3.1-8B"):
+def config(extra, tp_rank=0, tp_size=1, mla=False, model="meta-llama/Llama-3.1-8B", metrics=True):
     """The HiCacheStorageConfig SGLang builds, with strata named as the dynamic backend."""
     return HiCacheStorageConfig(
         tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1, is_mla_model=mla,
-        enable_storage_metrics=True, is_page_first_layout=True, model_name=model,
+        enable_storage_metrics=metrics, is_page_first_layout=True, model_name=model,
         extra_config={"backend_name": "strata", "module_path": "strata.sglang", "class_name": "StrataHiCacheStorage",
                       "interface_v1": 1, **extra})
 
@@ -255,6 +255,21 @@ def test_layer_first_pages_of_one_interface_are_never_read_by_the_other(tmp_path
     legacy = backend({**drives, "interface_v1": 0}, pool)
     assert legacy.batch_exists(p.keys) == 3  # its own pages, kept across the restart
     legacy.close()
+
+
+def test_metrics_are_kept_only_when_sglang_collects_them(tmp_path):
+    pool = mha_pool()
+    drives = {"file_paths": [str(tmp_path / "kv")], "file_capacity_gb": 0.01}
+    b = StorageBackendFactory.create_backend("dynamic", config(drives, metrics=False), pool)
+    b.register_mem_pool_host(pool)
+    p = Prompt(2, 13)
+    assert backup(b, pool, p) == [True, True] and prefetch(b, pool, p) == 2
+    assert all(len(v) == 0 for v in b._metrics.values())  # SGLang never calls get_stats: nothing grows
+    b.close()
+    b = backend(drives, pool)
+    assert prefetch(b, pool, p) == 2
+    m = b.get_stats()
+    assert list(m.prefetch_pgs) == [2]
 
 
 def test_clear_empties_the_drives_and_the_backend_goes_on(tmp_path):

@@ -103,6 +103,8 @@ class StrataHiCacheStorage(HiCacheStorage):
         self.staging_bytes = int(float(self.options["staging_mb"]) * (1 << 20))
         self._lock = _SharedExclusive()
         self._metrics_lock = threading.Lock()
+        # Kept only where SGLang collects them (get_stats runs only with storage metrics on).
+        self._keep_metrics = bool(getattr(storage_config, "enable_storage_metrics", False))
         self._metrics = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [], "backup_bandwidth": []}
 
     # --- namespace and stores ----------------------------------------------------------------
@@ -206,6 +208,8 @@ class StrataHiCacheStorage(HiCacheStorage):
             return [False] * len(keys)
         seconds = time.perf_counter() - t0
         ok = sum(result)
+        if not self._keep_metrics:
+            return result
         with self._metrics_lock:
             side = "backup" if write else "prefetch"
             self._metrics[f"{side}_pgs"].append(ok)
