@@ -257,6 +257,20 @@ def test_layer_first_pages_of_one_interface_are_never_read_by_the_other(tmp_path
     legacy.close()
 
 
+def test_legacy_targets_that_are_not_host_pages_fail_their_pages(tmp_path):
+    pool = mha_pool()
+    b = backend({"file_paths": [str(tmp_path / "kv")], "file_capacity_gb": 0.01}, pool)
+    p = Prompt(2, 12)
+    idx = pool.alloc(2 * PAGE)
+    fill(pool, idx, p.tokens)
+    pages = [pool.get_data_page(int(idx[i * PAGE]), flat=True) for i in range(2)]
+    assert b.batch_set(p.keys, [pages[0], None]) is False  # nothing raised into SGLang's thread
+    assert b.batch_exists(p.keys) == 0
+    assert b.batch_set(p.keys, pages) is True
+    got = b.batch_get(p.keys, [pool.get_dummy_flat_data_page(), "not a tensor"])
+    assert got[1] is None and torch.equal(got[0].view(torch.uint8), pages[0].contiguous().view(torch.uint8))
+
+
 def test_metrics_are_kept_only_when_sglang_collects_them(tmp_path):
     pool = mha_pool()
     drives = {"file_paths": [str(tmp_path / "kv")], "file_capacity_gb": 0.01}

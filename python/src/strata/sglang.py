@@ -82,6 +82,16 @@ class _SharedExclusive:
         return _Exclusive()
 
 
+def _flat_host_page(t, contiguous: bool = True) -> bool:
+    """Whether ``t`` is a page the stores can read or write in place: a CPU tensor (a device
+    tensor's address is not the host's), contiguous where the stores write into it."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or (contiguous and not t.is_contiguous()):
+        logger.error("strata HiCache: a page must be a contiguous CPU tensor, got %s",
+                     f"{t.device} tensor" if isinstance(t, torch.Tensor) else type(t).__name__)
+        return False
+    return True
+
+
 class StrataHiCacheStorage(HiCacheStorage):
     """SGLang's ``HiCacheStorage`` over strata's keyed stores (the zero-copy v1 interface, and the
     legacy one). Every batch reports each page: a page the stores cannot serve is ``False`` (never
@@ -250,13 +260,13 @@ class StrataHiCacheStorage(HiCacheStorage):
 
     def batch_get(self, keys: List[str], target_locations: Optional[Any] = None, target_sizes: Optional[Any] = None):
         """Reads pages into flat page tensors in one batch; each is returned, or ``None`` when no
-        store has the page intact (or its tensor is not contiguous)."""
+        store has the page intact (or its tensor is not a contiguous CPU tensor)."""
         if target_locations is None or len(target_locations) != len(keys):
             logger.error("strata HiCache batch_get: give one target tensor per key")
             return [None] * len(keys)
-        usable = [i for i, t in enumerate(target_locations) if t.is_contiguous()]
         ok = [False] * len(keys)
         try:
+            usable = [i for i, t in enumerate(target_locations) if _flat_host_page(t)]
             with self._lock:
                 got = self._move([keys[i] for i in usable], [target_locations[i].data_ptr() for i in usable],
                                  [target_locations[i].numel() * target_locations[i].element_size() for i in usable],
@@ -277,8 +287,10 @@ class StrataHiCacheStorage(HiCacheStorage):
         if values is None or len(values) != len(keys):
             logger.error("strata HiCache batch_set: give one value tensor per key")
             return False
-        pages = [v.contiguous() for v in values]  # kept alive while the stores read them
         try:
+            if not all(_flat_host_page(v, contiguous=False) for v in values):
+                return False
+            pages = [v.contiguous() for v in values]  # kept alive while the stores read them
             with self._lock:
                 return all(self._move(keys, [p.data_ptr() for p in pages],
                                       [p.numel() * p.element_size() for p in pages], True))
