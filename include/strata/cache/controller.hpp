@@ -182,7 +182,9 @@ class cache_controller {
    * @brief The request is done (or abandoned): its locks go and its own pages return to the pool.
    *        `cache_tokens`, when given, are the tokens to keep for a later turn — the prompt followed
    *        by the output (ids in the same form as `submit`'s): their whole pages enter the index
-   *        from the request's page table first (only after `finish_prefill`).
+   *        from the request's page table first (only after `finish_prefill`). Give only tokens
+   *        whose KV the page table holds: the last sampled token's KV is never computed (it was
+   *        not fed back), and a whole page ending with it would be cached with one row unwritten.
    *
    * Releasing a request that has not finished its prefill aborts it (its transient prefix is dropped).
    * @throw strata::invalid_argument for a stream the executor refuses, an unknown request,
