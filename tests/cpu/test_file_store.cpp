@@ -1781,3 +1781,42 @@ TEST_CASE("file_store: records keep their page's identity for the index to rebui
     CHECK(r.slot != 5);
   }
 }
+
+TEST_CASE("file_store: a slot recovery cannot read is dropped and counted", "[cpu][file]")
+{
+  temp_dir d;
+  std::int64_t const n = 8;
+  std::vector<std::uint64_t> keys;
+  records src{n, small.page_bytes(), false};
+  for (std::int64_t i = 0; i < n; ++i) {
+    keys.push_back(mix(std::uint64_t(i) + 7));
+    fill(src.ptr[std::size_t(i)], small.page_bytes(), keys.back());
+  }
+  std::int64_t record = 0;
+  {
+    file_store s{small, n, options_for(d, false)};
+    std::vector<std::size_t> order(static_cast<std::size_t>(n));
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    REQUIRE(s.write(all_slots(s), src.sources(order), keys));
+    record = s.record_bytes();
+  }
+  // Reopened with reads of slot 3's record failing (EIO): that slot is dropped, the rest recovered.
+  auto o = options_for(d, false);
+  o.reopen = true;
+  off_t bad = off_t(3 * record);
+  o.io.context = &bad;
+  o.io.preadv = [](void* c, int fd, iovec const* iov, int iovcnt, off_t offset) -> ssize_t {
+    if (offset == *static_cast<off_t*>(c)) {
+      errno = EIO;
+      return -1;
+    }
+    return ::preadv(fd, iov, iovcnt, offset);
+  };
+  file_store s{small, n, o};
+  CHECK(s.recovered().size() == std::size_t(n - 1));
+  CHECK(s.dropped() == 1);
+  CHECK_FALSE(s.last_error().empty());
+  for (auto const& r : s.recovered()) {
+    CHECK(r.slot != 3);
+  }
+}

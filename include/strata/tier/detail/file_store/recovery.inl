@@ -87,6 +87,7 @@ inline auto file_store::recover() -> void
 {
   std::vector<detail::file_record_header> found(static_cast<std::size_t>(capacity()));
   std::vector<char> intact(static_cast<std::size_t>(capacity()), 0);
+  std::vector<char> unread(static_cast<std::size_t>(capacity()), 0);  // an I/O error: dropped, whatever it held
   std::vector<recovered_record> identity(static_cast<std::size_t>(capacity()));
   // Jobs of `chunk` adjacent records of one drive, on that drive's threads.
   std::int64_t const chunk = runs_max_;
@@ -136,6 +137,7 @@ inline auto file_store::recover() -> void
         }
         found[static_cast<std::size_t>(s)] = h;
         intact[static_cast<std::size_t>(s)] = ok ? 1 : 0;
+        unread[static_cast<std::size_t>(s)] = e != 0 ? 1 : 0;
       }
     } catch (std::exception const& e) {  // no memory for a buffer or an identity: recovery stops
       std::lock_guard lock{m};
@@ -203,7 +205,9 @@ inline auto file_store::recover() -> void
   dropped_ = 0;
   for (std::int64_t s = 0; s < capacity(); ++s) {
     auto const& h = found[static_cast<std::size_t>(s)];
-    if (!intact[static_cast<std::size_t>(s)] && h.magic != 0) { ++dropped_; }  // zeros: never written
+    if (!intact[static_cast<std::size_t>(s)] && (h.magic != 0 || unread[static_cast<std::size_t>(s)])) {
+      ++dropped_;  // zeros that read: never written
+    }
   }
 }
 
