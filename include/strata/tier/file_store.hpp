@@ -374,9 +374,9 @@ class file_store {
       try {
         error = message();
       } catch (...) {
-        error.clear();  // (a short string fits without allocating)
+        error.clear();  // at most 15 characters fit the string itself: no allocation
         error.shrink_to_fit();
-        error = "file_store: no memory";
+        error = "out of memory";
       }
     }
   };

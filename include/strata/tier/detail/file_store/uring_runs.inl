@@ -36,8 +36,9 @@ inline auto file_store::start_uring_run(std::shared_ptr<batch> const& b,
       options_.io.uring_target != nullptr ? options_.io.uring_target(options_.io.context, b->write, file) : file;
   auto const id = next_run_++;
   u->started = std::chrono::steady_clock::now();
-  uring_staged_ += u->staging;
+  std::size_t const staged = u->staging;
   auto const& run = *uring_runs_.emplace(id, std::move(u)).first->second;  // before the kernel sees it
+  uring_staged_ += staged;  // once the run is kept: a failed emplace leaves the budget whole
   ring_->push(b->write, fd, run.iov.data(), static_cast<unsigned>(run.iov.size()), off, id);
   (void)ring_->enter(false);  // a refused submission is retried by the next reap
   return true;
