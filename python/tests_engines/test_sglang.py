@@ -60,11 +60,11 @@ def mla_pool(layers=3, lora=32, rope=16, tokens=256, dtype=torch.bfloat16):
                                 target_layer_num=layers)
 
 
-def config(extra, tp_rank=0, tp_size=1, mla=False, model="meta-llama/Llama-3.1-8B", metrics=True):
+def config(extra, tp_rank=0, tp_size=1, mla=False, model="meta-llama/Llama-3.1-8B", metrics=True, dp_rank=0):
     """The HiCacheStorageConfig SGLang builds, with strata named as the dynamic backend."""
     return HiCacheStorageConfig(
         tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1, is_mla_model=mla,
-        enable_storage_metrics=metrics, is_page_first_layout=True, model_name=model,
+        enable_storage_metrics=metrics, is_page_first_layout=True, model_name=model, dp_rank=dp_rank,
         extra_config={"backend_name": "strata", "module_path": "strata.sglang", "class_name": "StrataHiCacheStorage",
                       "interface_v1": 1, **extra})
 
@@ -269,6 +269,20 @@ def test_legacy_targets_that_are_not_host_pages_fail_their_pages(tmp_path):
     assert b.batch_set(p.keys, pages) is True
     got = b.batch_get(p.keys, [pool.get_dummy_flat_data_page(), "not a tensor"])
     assert got[1] is None and torch.equal(got[0].view(torch.uint8), pages[0].contiguous().view(torch.uint8))
+
+
+def test_data_parallel_ranks_each_own_their_drives(tmp_path):
+    """With data-parallel attention every DP rank's scheduler has the same TP coordinates: each
+    gets a file store of its own on the same drives (one process owns a store's files)."""
+    drives = {"file_paths": [str(tmp_path / "kv")], "file_capacity_gb": 0.01}
+    pools = [mha_pool(), mha_pool()]
+    ranks = [backend(drives, pools[r], dp_rank=r) for r in range(2)]
+    p = Prompt(2, 14)
+    assert backup(ranks[1], pools[1], p) == [True, True]
+    assert ranks[0].batch_exists(p.keys) == 0 and ranks[1].batch_exists(p.keys) == 2
+    assert set(ranks[0].file.directories).isdisjoint(ranks[1].file.directories)
+    for b in ranks:
+        b.close()
 
 
 def test_metrics_are_kept_only_when_sglang_collects_them(tmp_path):

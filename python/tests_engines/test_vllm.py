@@ -43,7 +43,7 @@ def _no_shared_memory_left():
 
 
 def spec(tier, cpu_chunks=64, model="meta-llama/Llama-3.1-8B", dtype="bfloat16", block_bytes=BLOCK_BYTES,
-         blocks_per_chunk=1):
+         blocks_per_chunk=1, dp=(0, 1)):
     """vLLM's tiering spec: a CPU primary tier of `cpu_chunks` chunks above one secondary tier
     (strata's unless `tier` names another "type")."""
     cfg = OffloadingConfig(
@@ -54,7 +54,8 @@ def spec(tier, cpu_chunks=64, model="meta-llama/Llama-3.1-8B", dtype="bfloat16",
         engine_id=f"strata-test-{os.getpid()}-{next(_engines)}", model=OffloadingModelConfig(name=model, dtype=dtype),
         cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=blocks_per_chunk),
         parallel=OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
-                                          data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
+                                          data_parallel_index=dp[0], data_parallel_size=dp[1],
+                                          data_parallel_rank_local=None,
                                           is_parallelism_agnostic=True))
     return TieringOffloadingSpec(cfg)
 
@@ -162,6 +163,24 @@ def test_namespaces_and_the_cpu_tier_evicting_to_strata(tmp_path):
     other = spec(tier, dtype="float16").get_manager()  # same sizes, another dtype
     assert fetch(other, first) == 0
     other.shutdown()
+
+
+def test_data_parallel_replicas_each_own_their_drives(tmp_path):
+    """vLLM runs an engine process per data-parallel replica, each with the same run config: each
+    gets a file store of its own on the same drives (one process owns a store's files)."""
+    tier = {"file_paths": str(tmp_path / "kv"), "file_capacity_gb": 0.01}
+    replicas = [spec(tier, dp=(r, 2)).get_manager() for r in range(2)]
+    keys = chunk_keys(6, 5)
+    offload(replicas[1], keys)
+    assert tier_of(replicas[1]).stats()["file"].pages_written == 6
+    assert tier_of(replicas[0]).stats()["file"].pages_written == 0
+    dirs = {d for m in replicas for d in tier_of(m).file.directories}
+    assert len(dirs) == 2
+    for m in replicas:
+        m.shutdown()
+    again = spec(tier, dp=(1, 2)).get_manager()  # replica 1 restarted: its own chunks
+    assert fetch(again, keys) == 6
+    again.shutdown()
 
 
 def test_bad_tier_options_are_refused(tmp_path):

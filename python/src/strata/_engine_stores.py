@@ -70,8 +70,12 @@ def page_geometry(page_bytes: int, natural=None):
     return _strata.kv_geometry(1, 1, 1, page_bytes, 1, 1)
 
 
-def open_file_store(o: dict, geometry, namespace: dict):
-    """A ``keyed_file_store`` over ``o["file_paths"]``, ``file_capacity_gb`` of records."""
+def open_file_store(o: dict, geometry, namespace: dict, replica: int = 0):
+    """A ``keyed_file_store`` over ``o["file_paths"]``, ``file_capacity_gb`` of records. A file
+    store belongs to one process: data-parallel replicas (``replica`` > 0) of one namespace each
+    get their own (the cluster, shared by every process, keeps the namespace as it is)."""
+    if replica > 0:
+        namespace = {**namespace, "model": f"{namespace['model']}#replica{replica}"}
     files = _strata.file_store_options()
     files.io_threads = int(o["file_io_threads"])
     files.use_direct_io = bool(o["file_direct_io"])
@@ -133,9 +137,10 @@ def held_each(file, redis, keys: np.ndarray) -> List[bool]:
     return [bool(h) for h in have]
 
 
-def open_stores(o: dict, geometry, namespace: dict):
-    """``(keyed_file_store or None, redis_store or None)`` as the options ask."""
-    file = open_file_store(o, geometry, namespace) if o["file_paths"] else None
+def open_stores(o: dict, geometry, namespace: dict, replica: int = 0):
+    """``(keyed_file_store or None, redis_store or None)`` as the options ask (``replica``: as
+    ``open_file_store``)."""
+    file = open_file_store(o, geometry, namespace, replica) if o["file_paths"] else None
     redis = open_redis_store(o, geometry, namespace) if o["redis_nodes"] else None
     return file, redis
 

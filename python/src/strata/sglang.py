@@ -177,7 +177,9 @@ class StrataHiCacheStorage(HiCacheStorage):
             self.redis = open_redis_store(self.options, self._page_geometry, self._namespace)
 
     def _open_file(self):
-        self.file = open_file_store(self.options, self._page_geometry, self._namespace)
+        # Data-parallel attention runs a scheduler process per DP rank with the same TP coordinates.
+        replica = int(getattr(self.config, "dp_rank", 0) or 0)
+        self.file = open_file_store(self.options, self._page_geometry, self._namespace, replica)
         logger.info("strata HiCache: %d pages of %d bytes on %s (%d held)", self.file.capacity, self.page_bytes,
                     self.file_paths, self.file.size)
 

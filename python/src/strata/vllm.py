@@ -88,7 +88,10 @@ class StrataSecondaryTier(SecondaryTierManager):
         self.namespace = self._namespace(offloading_spec)
         g = page_geometry(bs)
         self.staging_bytes = int(float(self.options["staging_mb"]) * (1 << 20))
-        self.file, self.redis = open_stores(self.options, g, self.namespace)
+        # One engine process per data-parallel replica, each with this namespace.
+        replica = int(getattr(getattr(getattr(offloading_spec, "config", None), "parallel", None),
+                              "data_parallel_index", 0) or 0)
+        self.file, self.redis = open_stores(self.options, g, self.namespace, replica)
         self._loads = ThreadPoolExecutor(int(load_threads), thread_name_prefix="strata_vllm_load")
         self._stores = ThreadPoolExecutor(int(store_threads), thread_name_prefix="strata_vllm_store")
         self._finished: queue.SimpleQueue[JobResult] = queue.SimpleQueue()
