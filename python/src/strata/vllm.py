@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -92,6 +93,10 @@ class StrataSecondaryTier(SecondaryTierManager):
         replica = int(getattr(getattr(getattr(offloading_spec, "config", None), "parallel", None),
                               "data_parallel_index", 0) or 0)
         self.file, self.redis = open_stores(self.options, g, self.namespace, replica)
+        if os.environ.get("PYTHONHASHSEED") is None:
+            logger.warning("strata vLLM tier: PYTHONHASHSEED is not set, so vLLM seeds its block hashes at random "
+                           "in each process: chunks stored now are never found after a restart or by another "
+                           "instance (set it to the same value everywhere; docs/engines.md)")
         self._loads = ThreadPoolExecutor(int(load_threads), thread_name_prefix="strata_vllm_load")
         self._stores = ThreadPoolExecutor(int(store_threads), thread_name_prefix="strata_vllm_store")
         self._finished: queue.SimpleQueue[JobResult] = queue.SimpleQueue()
