@@ -879,6 +879,40 @@ TEST_CASE("hiradix_tree: a node whose only copy is on the device is demoted, wha
   tree.check_invariants();
 }
 
+TEST_CASE("hiradix_tree: a node a record tier takes brings the ancestors it lacks", "[cpu][hiradix]")
+{
+  // a's middle lies 4 tokens into the prompt: not worth the file (breakeven 6) nor the remote tier
+  // (breakeven 20). b below it is worth the file tier, c below b the remote tier: each is found
+  // only through a path from the root, so the ancestors go with it.
+  hiradix_config c = small_config(write_policy::write_through);
+  c.capacity = {16, 16, 16, 1 << 20};
+  c.file_backup_policy = write_policy::write_through;
+  c.remote_backup_policy = write_policy::write_through;
+  c.record_breakeven_tokens[2] = 6;
+  c.record_breakeven_tokens[3] = 20;
+  hiradix_tree tree{c};
+  auto run = [&] {
+    for (int round = 0; round < 4; ++round) {
+      (void)complete_all(tree, tree.take_copies());
+    }
+  };
+  tokens_t const a = seq(0, 8), ab = seq(0, 16), abc = seq(0, 32);
+  (void)tree.insert(a, ids(0, 2));
+  run();
+  CHECK(tree.stats().writes_not_worth[2] == 2);
+  CHECK(tree.stats().writes_not_worth[3] == 2);
+  CHECK(tree.stats().resident_pages[2] == 0);
+  (void)tree.insert(ab, ids(0, 4));
+  run();
+  CHECK(tree.stats().resident_pages[2] == 4);  // b and a
+  CHECK(tree.stats().resident_pages[3] == 0);  // b's middle (12) is short of the remote tier's 20
+  (void)tree.insert(abc, ids(0, 8));
+  run();
+  CHECK(tree.stats().resident_pages[2] == 8);
+  CHECK(tree.stats().resident_pages[3] == 8);  // c, then b and a
+  tree.check_invariants();
+}
+
 TEST_CASE("hiradix_tree: a record tier takes only what a read would pay for; the rest goes with its parent",
           "[cpu][hiradix]")
 {

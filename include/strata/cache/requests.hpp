@@ -73,7 +73,8 @@ struct controller_options {
   bool device_pages_by_chunk = false;
   /// Copy into a record tier (file, remote) only the pages a later read of them would pay for: a
   /// read saves more than their write and read cost (`cost_model::record_breakeven_tokens`; on the
-  /// H200 machine's 1.92 GB/s disk, pages beyond ~82K tokens into a Llama-3.1-8B prompt). false:
+  /// H200 machine's 1.92 GB/s disk, pages beyond ~82K tokens into a Llama-3.1-8B prompt), with the
+  /// shallower pages of their prompt they are found through (a restart, another instance). false:
   /// every page the write policies send (a mirror that survives restarts whatever it costs to
   /// read); the plans still choose per request whether to read it.
   bool records_by_cost = true;

@@ -489,6 +489,14 @@ class hiradix_tree {
   void file_backup(std::uint32_t i);
   /// Host -> remote copy of a node on the host the remote tier lacks (`remote_backup_policy`).
   void remote_backup(std::uint32_t i);
+  /// Whether a host -> record tier copy of a node can start now (on the host, not in `t`, unpinned).
+  [[nodiscard]] bool record_copy_possible(std::uint32_t i, tier t) const;
+  /// Starts a host -> record tier copy of a node (room allowing): true when queued.
+  bool record_copy(std::uint32_t i, tier t);
+  /// After a node was admitted to a record tier: its ancestors the tier lacks go there too, whatever
+  /// their depth, because a record is found only through a path from the root (a remote lookup
+  /// counts leading pages, a restart adopts chains from a first page).
+  void record_ancestors(std::uint32_t i, tier t);
   /// `adopt`'s checks of a host or file tier's slots (nothing changes).
   void check_adopt_slots(tier t, std::span<std::int32_t const> tokens, std::span<std::int64_t const> slots) const;
 

@@ -44,9 +44,11 @@ struct hiradix_config {
   /// Which nodes a record tier (file, remote) is worth: writing and reading a page back cost the
   /// same at any depth while recomputing it grows with the context before it, so a node whose
   /// middle lies fewer than `record_breakeven_tokens[t]` real tokens into its prompt saves less by
-  /// a later read than its write and read cost. Such a node is never copied into t
-  /// (`hiradix_stats::writes_not_worth`). The default, -infinity: every node is worth it; the cache
-  /// controller derives it from its cost model (`cost_model::record_breakeven_tokens`).
+  /// a later read than its write and read cost. Such a node is not copied into t for itself
+  /// (`hiradix_stats::writes_not_worth`), only as the ancestor of a node t takes by a write-through
+  /// or selective copy (a record is found only through a path from the root). The default,
+  /// -infinity: every node is worth it; the cache controller derives it from its cost model
+  /// (`cost_model::record_breakeven_tokens`).
   std::array<double, tier_count> record_breakeven_tokens{
       -std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
       -std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};

@@ -502,21 +502,44 @@ inline auto hiradix_tree::backup(std::uint32_t i) -> void
 
 inline auto hiradix_tree::file_backup(std::uint32_t i) -> void
 {
-  node_data const& n = nodes_[i];
-  if (!has_tier(tier::file) || !n.resident[1] || n.resident[2] || n.pins[1] != 0 || n.pins[2] != 0) { return; }
-  if (!admit_record(i, tier::file)) { return; }
-  if (auto pages = allocate(tier::file, n.pages(), i)) {
-    set_pages(i, tier::file, *pages);
-    queued_.push_back(order(i, tier::host, tier::file, false));
-  }
+  if (!record_copy_possible(i, tier::file) || !admit_record(i, tier::file)) { return; }
+  if (record_copy(i, tier::file)) { record_ancestors(i, tier::file); }
 }
 
 inline auto hiradix_tree::remote_backup(std::uint32_t i) -> void
 {
-  node_data const& n = nodes_[i];  // other copies may read the host pages meanwhile: pins[1] is no bar
-  if (!has_tier(tier::remote) || !n.resident[1] || n.resident[3] || n.pins[3] != 0) { return; }
-  if (!admit_record(i, tier::remote)) { return; }
-  if (allocate(tier::remote, n.pages(), i)) { queued_.push_back(order(i, tier::host, tier::remote, false)); }
+  if (!record_copy_possible(i, tier::remote) || !admit_record(i, tier::remote)) { return; }
+  if (record_copy(i, tier::remote)) { record_ancestors(i, tier::remote); }
+}
+
+inline auto hiradix_tree::record_copy_possible(std::uint32_t i, tier t) const -> bool
+{
+  node_data const& n = nodes_[i];
+  if (!has_tier(t) || !n.resident[1] || n.resident[std::size_t(t)] || n.pins[std::size_t(t)] != 0) { return false; }
+  return t == tier::remote || n.pins[1] == 0;  // other copies may read the host pages of a remote write
+}
+
+inline auto hiradix_tree::record_copy(std::uint32_t i, tier t) -> bool
+{
+  auto pages = allocate(t, nodes_[i].pages(), i);
+  if (!pages) { return false; }
+  if (t == tier::file) { set_pages(i, t, *pages); }
+  queued_.push_back(order(i, tier::host, t, false));
+  return true;
+}
+
+inline auto hiradix_tree::record_ancestors(std::uint32_t i, tier t) -> void
+{
+  for (std::uint32_t k = nodes_[i].parent; k != 0 && !nodes_[k].resident[std::size_t(t)]; k = nodes_[k].parent) {
+    if (!record_copy_possible(k, t)) { return; }  // a gap stays: what is below it waits for it
+    std::size_t const u = std::size_t(t);
+    std::int64_t const pages = nodes_[k].pages();
+    if (config_.write_backlog_pages[u] > 0 && inbound_[u] + pages > config_.write_backlog_pages[u]) {
+      stats_.writes_dropped[u] += pages;
+      return;
+    }
+    if (!record_copy(k, t)) { return; }
+  }
 }
 
 inline auto hiradix_tree::depth_tokens(std::uint32_t i) const noexcept -> std::int64_t
