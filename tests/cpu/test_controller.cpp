@@ -1203,6 +1203,68 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("controller: a request whose prefix another's prefetch is bringing up waits for that copy",
+          "[cpu][controller][file]")
+{
+  using cache_t = cache_controller<deferred_file_policies>;
+  engine_memory mem{32};
+  layer_first const pool = mem.layout(32);
+  controller_options opts;
+  opts.costs = reading_pays();
+  opts.backup_policy = write_policy::write_through;
+  opts.prefetch = prefetch_mode::wait_complete;
+  cache_t cache{cache_t::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, memory_file_store{geo, 16}},
+                opts};
+  std::mt19937_64 rng{5};
+  auto land_all = [&] {
+    for (int i = 0; i < 64 && cache.poll() > 0; ++i) {
+      cache.executor().land_some(rng, 0);
+    }
+  };
+  tokens_t const doc = doc_tokens(11, 6);
+  auto const q = [&](std::int32_t x) { return join(doc, tokens_t{x}); };
+  cache.submit({request_id{1}, q(1), 0, 2, 0.0});
+  auto h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
+  REQUIRE(h.started.size() == 1);
+  auto table = cache.page_table(request_id{1});
+  for (std::int64_t p = 0; p < 6; ++p) {
+    write_page(pool, q(1), p, table[std::size_t(p)]);
+  }
+  (void)cache.finish_prefill(request_id{1});
+  cache.release(request_id{1});
+  land_all();
+  (void)cache.evict(tier::device, 32);
+  (void)cache.evict(tier::host, 8);
+  land_all();
+  REQUIRE(cache.probe(q(2)).fastest_tokens[2] == 6 * geo.page_tokens);
+  // Two questions on the document: the first one's prefetch brings it up; the second finds it on
+  // its way and waits for the same copy (one read of the file tier, nothing abandoned).
+  cache.submit({request_id{2}, q(2), 0, 2, 0.0});
+  cache.submit({request_id{3}, q(3), 0, 2, 0.0});
+  CHECK(cache.stats().prefetched_pages == 6);
+  CHECK(cache.stats().prefetch_abandoned_pages == 0);
+  CHECK(cache.schedule({4096, 0, 0, 0}).prefills.empty());
+  land_all();
+  auto const plan = cache.schedule({4096, 0, 0, 0});
+  REQUIRE(plan.prefills.size() == 2);
+  h = cache.begin_loads(plan);
+  REQUIRE(h.started.size() == 2);
+  // One loads the document from the host, the other shares that load: the file tier was read once.
+  CHECK(h.started[0].cached_pages[1] + h.started[1].cached_pages[1] == 6);
+  for (auto const& st : h.started) {
+    CHECK(st.cached_pages[0] + st.cached_pages[1] == 6);
+    CHECK(st.cached_pages[2] == 0);
+  }
+  if (h.transfer) { cache.executor().land(*h.transfer, rng, 0); }
+  CHECK(cache.complete(h));
+  for (std::uint64_t id : {2u, 3u}) {
+    (void)cache.finish_prefill(request_id{id});
+    cache.release(request_id{id});
+  }
+  land_all();
+  cache.check_invariants();
+}
+
 TEST_CASE("controller: prefetch moves a waiting request's prefix from the file tier to the host, per policy",
           "[cpu][controller][file]")
 {

@@ -213,10 +213,34 @@ void cache_controller<Policies>::prefetch(state& s, stream_type stream)
   for (auto const& o : orders) {
     got += std::int64_t(o.to_pages.size()) * page_tokens();
   }
+  // Pages another request's prefetch is bringing up now (the index skips nodes pinned by it): this
+  // request waits for that copy too, rather than start and read them a second time.
+  std::uint64_t shared = 0;
+  if (got < below) {
+    std::vector<std::int64_t> arriving = tree_.path_pages(m.node, tier::host, /*arriving_too=*/true);
+    std::sort(arriving.begin(), arriving.end());
+    for (std::size_t i = 0; i < log_.size(); ++i) {
+      if (log_[i].kind != copy_kind::background) { continue; }
+      for (auto const& o : log_[i].orders) {
+        if (o.to != tier::host || (o.from != tier::file && o.from != tier::remote)) { continue; }
+        std::int64_t const on_path = std::count_if(o.to_pages.begin(), o.to_pages.end(), [&](std::int64_t p) {
+          return std::binary_search(arriving.begin(), arriving.end(), p);
+        });
+        if (on_path > 0) {
+          got += on_path * page_tokens();
+          shared = log_[i].id;
+        }
+      }
+    }
+  }
   // The demotions that make room on the host, each its own submission (settles when it lands).
   s.prefetch_room = log_.submit_collected(executor_, tiers_, tree_, stream);
   s.prefetch_retry = got < below && !s.prefetch_room.empty() && s.prefetch_tries < 3;
   if (got < below && !s.prefetch_retry) { stats_.prefetch_abandoned_pages += (below - got) / page_tokens(); }
+  if (orders.empty() && shared != 0) {
+    s.prefetch = shared;
+    if (!s.prefetch_at) { s.prefetch_at = now(); }
+  }
   if (!orders.empty()) {
     for (auto const& o : orders) {
       stats_.prefetched_pages += std::int64_t(o.to_pages.size());
