@@ -787,6 +787,39 @@ TEST_CASE("controller: a planned request released and submitted again is not beg
   c.check_invariants();
 }
 
+TEST_CASE("controller: a prompt cached whole computes its last page into a page of its own", "[cpu][controller]")
+{
+  engine_run e{7, 32, 16, write_policy::write_through, false};
+  auto& c = e.cache;
+  std::int64_t const pt = geo.page_tokens;
+  tokens_t x(std::size_t(pt * 3), 4);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::int32_t(100 + i);
+  }
+  c.submit({request_id{1}, x, 0, 1, 0.0});
+  REQUIRE(c.begin_loads(c.schedule({4096, 0, 0, 0})).ran.size() == 1);
+  (void)c.finish_prefill(request_id{1});
+  auto const index_pages = c.page_table(request_id{1});  // the index holds these from now on
+  c.release(request_id{1});
+  // The same prompt again: all three pages are cached, its last token must be computed. It comes
+  // from the first two pages; the third (holding that token) is computed whole, into its own page.
+  c.submit({request_id{2}, x, 0, 1, 0.0});
+  auto const plan = c.schedule({4096, 0, 0, 0});
+  REQUIRE(plan.prefills.size() == 1);
+  CHECK(plan.prefills[0].cached_tokens == 2 * pt);
+  CHECK(plan.prefills[0].chunk_tokens == pt);
+  REQUIRE(c.begin_loads(plan).ran.size() == 1);
+  auto const table = c.page_table(request_id{2});
+  CHECK(table[0] == index_pages[0]);
+  CHECK(table[1] == index_pages[1]);
+  CHECK(table[2] != index_pages[2]);
+  auto const r = c.finish_prefill(request_id{2});
+  CHECK(r.duplicate_positions == std::vector<std::int64_t>{2});  // the index's copy is kept
+  CHECK(c.page_table(request_id{2})[2] == index_pages[2]);
+  c.release(request_id{2});
+  c.check_invariants();
+}
+
 TEST_CASE("controller: bad input is rejected and changes nothing", "[cpu][controller]")
 {
   engine_run e{3, 32, 16, write_policy::write_through, true};

@@ -120,9 +120,8 @@ inline std::int64_t table_pages(std::int64_t prompt_tokens, std::int64_t output_
 inline std::int64_t chunk_pages(std::int64_t prompt_tokens, std::int64_t output_tokens, std::int64_t held,
                                 std::int64_t end, std::int64_t page_tokens)
 {
-  std::int64_t const prompt_pages = (end + page_tokens - 1) / page_tokens;
-  return std::max<std::int64_t>(0, prompt_pages - held) +
-         (end == prompt_tokens ? (output_tokens + page_tokens - 1) / page_tokens : 0);
+  return std::max<std::int64_t>(0, pages_for(end, page_tokens) - held) +
+         (end == prompt_tokens ? pages_for(output_tokens, page_tokens) : 0);
 }
 
 /**
@@ -159,7 +158,16 @@ inline prefill_item size_item(scheduler_view const& v, std::size_t i, std::int64
     it.last_chunk = end == r.prompt_tokens;
     return it;
   }
-  prefix_choice const choice = choose_prefix(v, i, known != nullptr ? *known : v.tree->probe(r.tokens));
+  prefix_choice choice = choose_prefix(v, i, known != nullptr ? *known : v.tree->probe(r.tokens));
+  if (choice.match.tokens >= r.prompt_tokens) {
+    // The whole prompt is cached: the prefix stops a page short, and the last page is computed
+    // into a page of the request's own (its last token has to be: it gives the first output
+    // token). Written into the index's page instead, it would change KV that other requests read
+    // and copies back up, wherever the kernels are not bitwise deterministic.
+    std::int64_t const pages = (r.prompt_tokens - 1) / v.page_tokens;
+    std::size_t const ids = std::size_t(pages * v.tree->config().page_tokens);
+    choice = {v.tree->probe(r.tokens.first(std::min(ids, r.tokens.size()))), pages};
+  }
   match_result const& m = choice.match;
   it.prefix_pages = choice.prefix_pages;
   it.cached_tokens = cached_tokens_of(v, i, m);

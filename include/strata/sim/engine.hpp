@@ -245,6 +245,7 @@ class engine {
     page_ids tokens;                 // whole pages of the prompt
     bool started = false;            // its first chunk ran (it holds device pages)
     std::int64_t short_overlap = 0;  // tokens of another request's transient prefix it shares, below the threshold
+    bool cached_whole = false;       // its whole prompt was cached: its last page is computed again by design
     std::int64_t remaining = 0;
     std::int64_t context = 0;
   };
@@ -309,6 +310,7 @@ class engine {
       }
       match_result const overlap = cache_.probe(a.tokens);
       a.short_overlap = overlap.transient_owner != a.req->id && !overlap.delay_hit ? overlap.transient_tokens : 0;
+      a.cached_whole = overlap.tokens >= a.req->prompt_tokens;
     }
     double compute = 0;
     for (auto const& item : h.ran) {
@@ -363,6 +365,9 @@ class engine {
     // earlier turn's answer cached while this turn computed (multi-turn).
     std::int64_t prefill_duplicates = 0;
     for (auto const p : r.duplicate_positions) {
+      // A prompt cached whole computes its last page into a page of its own (the index's copy stays):
+      // a duplicate by design, not work two requests did twice.
+      if (a.cached_whole && p + 1 == std::int64_t(a.tokens.size())) { continue; }
       bool const answer = answer_pages_.count(a.tokens[std::size_t(p)]) != 0;
       (answer ? a.rec->answer_race_tokens : prefill_duplicates) += page_tokens();
     }
