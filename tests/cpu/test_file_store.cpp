@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -1819,4 +1820,26 @@ TEST_CASE("file_store: a slot recovery cannot read is dropped and counted", "[cp
   for (auto const& r : s.recovered()) {
     CHECK(r.slot != 3);
   }
+}
+
+TEST_CASE("file_store: a damaged descriptor is refused as a file_store_error", "[cpu][file]")
+{
+  temp_dir d;
+  {
+    file_store s{small, 4, options_for(d, false)};
+  }
+  auto o = options_for(d, false);
+  o.reopen = true;
+  // The descriptor beside the records, its slot count garbled: refused like any other mismatch
+  // (not a std::invalid_argument out of the number parser), the records untouched.
+  auto const meta = d.path / "strata-kv.rank0.meta";
+  REQUIRE(std::filesystem::exists(meta));
+  std::ifstream in{meta};
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  in.close();
+  auto const at = text.find("slots_per_file ");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, text.find('\n', at) - at, "slots_per_file x9");
+  std::ofstream{meta} << text;
+  STRATA_REQUIRE_THROWS(strata::file_store_error, "slots_per_file x9", (void)file_store::open(small, 8, o));
 }

@@ -46,7 +46,10 @@ inline auto file_store::check_descriptor() const -> void
     for (char const* k : {"format", "configuration", "drives", "drive", "record_bytes", "files", "slots_per_file"}) {
       bool same = found[k] == want[k];
       if (!same && std::string_view{k} == "slots_per_file" && options_.files == 1) {  // one file may grow
-        same = !found[k].empty() && std::stoll(found[k]) <= slots_per_file_;
+        std::string const& v = found[k];
+        long long n = 0;
+        auto const [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
+        same = !v.empty() && error == std::errc{} && end == v.data() + v.size() && n <= slots_per_file_;
       }
       STRATA_EXPECTS_AS(
           file_store_error, same, "file_store::open: ", descriptor_path(d), " says its records were written with ", k,
