@@ -1843,3 +1843,47 @@ TEST_CASE("file_store: a damaged descriptor is refused as a file_store_error", "
   std::ofstream{meta} << text;
   STRATA_REQUIRE_THROWS(strata::file_store_error, "slots_per_file x9", (void)file_store::open(small, 8, o));
 }
+
+TEST_CASE("file_store: reads that return nothing now and then still finish", "[cpu][file]")
+{
+  // A device that answers every other call with no bytes (and otherwise with at most 512): the
+  // store gives up after four empty answers in a row, not four in all.
+  temp_dir d;
+  std::int64_t const n = 4;
+  std::vector<std::uint64_t> keys;
+  records src{n, small.page_bytes(), false}, dst{n, small.page_bytes(), false};
+  for (std::int64_t i = 0; i < n; ++i) {
+    keys.push_back(mix(std::uint64_t(i) + 31));
+    fill(src.ptr[std::size_t(i)], small.page_bytes(), keys.back());
+  }
+  std::vector<std::size_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  {
+    file_store s{small, n, options_for(d, false)};
+    REQUIRE(s.write(all_slots(s), src.sources(order), keys));
+  }
+  auto o = options_for(d, false);
+  o.reopen = true;
+  std::atomic<std::uint64_t> calls{0};
+  o.io.context = &calls;
+  o.io.preadv = [](void* c, int fd, iovec const* iov, int iovcnt, off_t offset) -> ssize_t {
+    if (static_cast<std::atomic<std::uint64_t>*>(c)->fetch_add(1) % 2 == 0) { return 0; }
+    iovec one{iov[0].iov_base, std::min<std::size_t>(iov[0].iov_len, 512)};
+    (void)iovcnt;
+    return ::preadv(fd, &one, 1, offset);
+  };
+  auto s = file_store::open(small, n, o);
+  REQUIRE(s.recovered().size() == std::size_t(n));
+  std::vector<std::int64_t> read_slots;
+  for (auto const& r : s.recovered()) {
+    read_slots.push_back(r.slot);
+  }
+  std::vector<std::uint64_t> read_keys;
+  for (auto slot : read_slots) {
+    read_keys.push_back(keys[std::size_t(slot)]);
+  }
+  REQUIRE(s.read(read_slots, dst.ptr, read_keys));
+  for (std::size_t i = 0; i < read_slots.size(); ++i) {
+    CHECK(matches(dst.ptr[i], small.page_bytes(), read_keys[i]));
+  }
+}

@@ -79,18 +79,19 @@ class unique_fd {
  */
 inline int transfer_all(io_backend const& io, bool write, int fd, iovec* iov, int iovcnt, off_t offset) noexcept
 {
-  int stalls = 0;
+  int empty = 0, interrupted = 0;  // in a row: progress resets both
   while (iovcnt > 0) {
     ssize_t const r = write ? io.pwritev(io.context, fd, iov, std::min(iovcnt, IOV_MAX), offset)
                             : io.preadv(io.context, fd, iov, std::min(iovcnt, IOV_MAX), offset);
     if (r < 0) {
-      if (errno == EINTR && ++stalls < 64) { continue; }
+      if (errno == EINTR && ++interrupted < 64) { continue; }
       return errno != 0 ? errno : EIO;
     }
     if (r == 0) {
-      if (++stalls >= 4) { return write ? EIO : ENODATA; }
+      if (++empty >= 4) { return write ? EIO : ENODATA; }
       continue;
     }
+    empty = interrupted = 0;
     offset += r;
     auto left = static_cast<std::size_t>(r);
     while (iovcnt > 0 && left >= iov->iov_len) {
