@@ -72,7 +72,8 @@ class keyed_file_store {
    * @brief Opens (creating where missing) the store's files and recovers their intact records.
    * @throw strata::invalid_argument for an invalid namespace, `pages` < 1, or bad file options
    * @throw strata::file_store_error when the files cannot be created, opened or locked, or hold
-   *        another configuration (another capacity or drive order)
+   *        another configuration (more pages than `pages`: a store of one file a drive may grow,
+   *        never shrink; another file count; another drive order)
    */
   explicit keyed_file_store(keyed_file_store_options options)
       : ns_(namespace_key(options.space)),
