@@ -44,14 +44,15 @@ class record_io {
     op o{S::kind, true, legs.from, who};
     if constexpr (async_record_store<S>) {
       o.intact.reset(new bool[legs.from.size()]);
-      io_ticket const t = store.submit_read(legs.from, legs.at, std::span<std::uint64_t const>{d.keys});
-      o.step = [&store, t](op& x, bool block) {
+      o.step = [&store](op& x, bool block) {
         std::span<bool> const intact{x.intact.get(), x.slots.size()};
-        io_status const st =
-            block ? (store.wait(t, intact) ? io_status::succeeded : io_status::failed) : store.poll(t, intact);
+        io_status const st = block ? (store.wait(x.ticket, intact) ? io_status::succeeded : io_status::failed)
+                                   : store.poll(x.ticket, intact);
         if (st == io_status::failed) { x.lose_all_but_intact(); }
         return st;
       };
+      started(o, [&] { return store.submit_read(legs.from, legs.at, std::span<std::uint64_t const>{d.keys}); });
+      return;
     } else {
       o.done = true;
       try {
@@ -72,13 +73,17 @@ class record_io {
     if constexpr (async_record_store<S>) {
       auto const sources = legs.sources();
       std::span<std::uint64_t const> const keys{d.keys}, parents{d.parent_keys};
-      io_ticket const t = store.submit_write(legs.to, std::span<std::byte const* const>{sources}, keys,
-                                             keys.empty() ? keys : parents, std::span<std::int32_t const>{d.ids});
-      o.step = [&store, t](op& x, bool block) {
-        io_status const st = block ? (store.wait(t, {}) ? io_status::succeeded : io_status::failed) : store.poll(t, {});
+      o.step = [&store](op& x, bool block) {
+        io_status const st =
+            block ? (store.wait(x.ticket, {}) ? io_status::succeeded : io_status::failed) : store.poll(x.ticket, {});
         if (st == io_status::failed) { x.write_failed = true; }
         return st;
       };
+      started(o, [&] {
+        return store.submit_write(legs.to, std::span<std::byte const* const>{sources}, keys,
+                                  keys.empty() ? keys : parents, std::span<std::int32_t const>{d.ids});
+      });
+      return;
     } else {
       o.done = true;
       o.write_failed = !write_records(store, legs, d);
@@ -209,6 +214,7 @@ class record_io {
     std::vector<std::int64_t> slots;
     char const* who;
     std::function<io_status(op&, bool)> step;  // poll, or wait (`block`); null: done when started
+    io_ticket ticket{};                        // an asynchronous store's transfer
     std::unique_ptr<bool[]> intact;            // a read's, per record
     bool done = false;
     bool write_failed = false;
@@ -231,6 +237,17 @@ class record_io {
   {
     std::lock_guard lock{m_};
     ops_.push_back(std::move(o));
+  }
+  /// Records `o` and starts its transfer (`submit` returns the store's ticket): room for it is
+  /// made first, so that once the store has started the transfer nothing can fail before it is
+  /// recorded (a transfer the log lost would run on into pages handed back).
+  template <class Submit>
+  void started(op& o, Submit&& submit)
+  {
+    std::lock_guard lock{m_};
+    ops_.reserve(ops_.size() + 1);  // may throw: nothing started
+    o.ticket = submit();            // may throw: nothing started
+    ops_.push_back(std::move(o));   // within the capacity reserved: does not throw
   }
 
   [[nodiscard]] std::exception_ptr outcome() const
