@@ -39,9 +39,13 @@
 namespace strata {
 
 /// @brief Prompt tokens of waiting request `i` found cached by match `m`: at least the last token is
-///        computed (it produces the first output token).
+///        computed (it produces the first output token), and a prompt cached whole computes its
+///        whole last page (into a page of its own: `size_item`).
 inline std::int64_t cached_tokens_of(scheduler_view const& v, std::size_t i, match_result const& m)
-{ return std::min(m.tokens, v.waiting[i].prompt_tokens - 1); }
+{
+  std::int64_t const prompt = v.waiting[i].prompt_tokens;
+  return m.tokens >= prompt ? (prompt - 1) / v.page_tokens * v.page_tokens : m.tokens;
+}
 
 /// @brief Pages match `m` brings onto the device, from the fastest lower tier holding each: a page
 ///        whose fastest copy is in the file tier is costed (`cost_model::load_s`) at the file's

@@ -99,6 +99,9 @@ bool cache_controller<Policies>::start(prefill_item const& it, stream_type strea
       if (m.delay_hit && m.transient_owner != w.id) { return false; }
     }
     keys = page_keys(s, cached);
+    // A prompt cached whole computes its last page again into a page of its own: the index holds
+    // it, so no other request waits for this one to compute it.
+    if (!keys.empty() && tree_.probe(s.tokens).tokens >= s.prompt_tokens) { keys.pop_back(); }
     if (registry_.computed_elsewhere(keys, page_tokens(), options_.delay_hit_tokens)) { return false; }
     mark(w.id, s);
   }
@@ -117,7 +120,9 @@ bool cache_controller<Policies>::start(prefill_item const& it, stream_type strea
   std::int64_t recomputed = 0;
   if (it.prefix_pages >= 0) {
     match_result const whole = tree_.probe(s.tokens);
-    recomputed = std::max<std::int64_t>(0, whole.tokens / page_tokens() - cached);
+    // Not the last page of a prompt cached whole: that one is computed again by rule, read or not.
+    std::int64_t const reach = std::min(whole.tokens, (s.prompt_tokens - 1) / pt * pt) / pt;
+    recomputed = std::max<std::int64_t>(0, reach - cached);
     if (recomputed > 0) {
       std::array<std::int64_t, tier_count> below{};
       for (tier t : {tier::file, tier::remote}) {
