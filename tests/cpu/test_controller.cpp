@@ -1236,99 +1236,24 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("controller: a request whose prefix another's prefetch is bringing up waits for that copy",
-          "[cpu][controller][file]")
-{
+/// A deferred-copy controller over a file tier with a 6-page document computed, backed up and
+/// pushed down to the file tier (only there), for the prefetch tests.
+struct document_on_file {
   using cache_t = cache_controller<deferred_file_policies>;
   engine_memory mem{32};
   layer_first const pool = mem.layout(32);
-  controller_options opts;
-  opts.costs = reading_pays();
-  opts.backup_policy = write_policy::write_through;
-  opts.prefetch = prefetch_mode::wait_complete;
-  cache_t cache{cache_t::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, memory_file_store{geo, 16}},
-                opts};
-  std::mt19937_64 rng{5};
-  auto land_all = [&] {
-    for (int i = 0; i < 64 && cache.poll() > 0; ++i) {
-      cache.executor().land_some(rng, 0);
-    }
-  };
-  tokens_t const doc = doc_tokens(11, 6);
-  auto const q = [&](std::int32_t x) { return join(doc, tokens_t{x}); };
-  cache.submit({request_id{1}, q(1), 0, 2, 0.0});
-  auto h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
-  REQUIRE(h.started.size() == 1);
-  auto table = cache.page_table(request_id{1});
-  for (std::int64_t p = 0; p < 6; ++p) {
-    write_page(pool, q(1), p, table[std::size_t(p)]);
-  }
-  (void)cache.finish_prefill(request_id{1});
-  cache.release(request_id{1});
-  land_all();
-  (void)cache.evict(tier::device, 32);
-  (void)cache.evict(tier::host, 8);
-  land_all();
-  REQUIRE(cache.probe(q(2)).fastest_tokens[2] == 6 * geo.page_tokens);
-  // Two questions on the document: the first one's prefetch brings it up; the second finds it on
-  // its way and waits for the same copy (one read of the file tier, nothing abandoned).
-  cache.submit({request_id{2}, q(2), 0, 2, 0.0});
-  cache.submit({request_id{3}, q(3), 0, 2, 0.0});
-  CHECK(cache.stats().prefetched_pages == 6);
-  CHECK(cache.stats().prefetch_abandoned_pages == 0);
-  CHECK(cache.schedule({4096, 0, 0, 0}).prefills.empty());
-  land_all();
-  auto const plan = cache.schedule({4096, 0, 0, 0});
-  REQUIRE(plan.prefills.size() == 2);
-  h = cache.begin_loads(plan);
-  REQUIRE(h.started.size() == 2);
-  // One loads the document from the host, the other shares that load: the file tier was read once.
-  CHECK(h.started[0].cached_pages[1] + h.started[1].cached_pages[1] == 6);
-  for (auto const& st : h.started) {
-    CHECK(st.cached_pages[0] + st.cached_pages[1] == 6);
-    CHECK(st.cached_pages[2] == 0);
-  }
-  if (h.transfer) { cache.executor().land(*h.transfer, rng, 0); }
-  CHECK(cache.complete(h));
-  for (std::uint64_t id : {2u, 3u}) {
-    (void)cache.finish_prefill(request_id{id});
-    cache.release(request_id{id});
-  }
-  land_all();
-  cache.check_invariants();
-}
+  double clock = 0;
+  std::mt19937_64 rng;
+  tokens_t const doc;
+  cache_t cache;
 
-TEST_CASE("controller: prefetch moves a waiting request's prefix from the file tier to the host, per policy",
-          "[cpu][controller][file]")
-{
-  for (prefetch_mode policy :
-       {prefetch_mode::off, prefetch_mode::best_effort, prefetch_mode::wait_complete, prefetch_mode::timeout}) {
-    INFO("policy " << int(policy));
-    using cache_t = cache_controller<deferred_file_policies>;
-    engine_memory mem{32};
-    layer_first const pool = mem.layout(32);
-    double clock = 0;
-    controller_options opts;
-    opts.costs = reading_pays();
-    opts.backup_policy = write_policy::write_through;
-    opts.prefetch = policy;
-    opts.prefetch_timeout_s = 0.5;
-    opts.clock = [&] { return clock; };
-    cache_t cache{cache_t::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, memory_file_store{geo, 16}},
-                  opts};
-    std::mt19937_64 rng{3};
-    auto land_all = [&] {
-      for (int i = 0; i < 64 && cache.poll() > 0; ++i) {
-        cache.executor().land_some(rng, 0);
-      }
-    };
-    tokens_t const doc = doc_tokens(9, 6);
-    auto const q = [&](std::int32_t x) { return join(doc, tokens_t{x}); };
-    // The document is computed, backed up, then pushed down to the file tier.
+  document_on_file(prefetch_mode policy, std::int32_t doc_seed, std::uint64_t rng_seed)
+      : rng{rng_seed}, doc{doc_tokens(doc_seed, 6)}, cache{tiers(pool), options(policy, clock)}
+  {
     cache.submit({request_id{1}, q(1), 0, 2, 0.0});
     auto h = cache.begin_loads(cache.schedule({4096, 0, 0, 0}));
     REQUIRE(h.started.size() == 1);
-    auto table = cache.page_table(request_id{1});
+    auto const table = cache.page_table(request_id{1});
     for (std::int64_t p = 0; p < 6; ++p) {
       write_page(pool, q(1), p, table[std::size_t(p)]);
     }
@@ -1339,8 +1264,72 @@ TEST_CASE("controller: prefetch moves a waiting request's prefix from the file t
     (void)cache.evict(tier::host, 8);
     land_all();
     REQUIRE(cache.probe(q(2)).fastest_tokens[2] == 6 * geo.page_tokens);
+  }
+  static cache_t::tiers_type tiers(layer_first const& pool)
+  { return cache_t::tiers_type{device_pool<layer_first>{pool}, host_pool{geo, 8}, memory_file_store{geo, 16}}; }
+  static controller_options options(prefetch_mode policy, double& clock)
+  {
+    controller_options o;
+    o.costs = reading_pays();
+    o.backup_policy = write_policy::write_through;
+    o.prefetch = policy;
+    o.prefetch_timeout_s = 0.5;
+    o.clock = [&clock] { return clock; };
+    return o;
+  }
+  /// The document and a one-token question.
+  [[nodiscard]] tokens_t q(std::int32_t x) const { return join(doc, tokens_t{x}); }
+  void land_all()
+  {
+    for (int i = 0; i < 64 && cache.poll() > 0; ++i) {
+      cache.executor().land_some(rng, 0);
+    }
+  }
+};
+
+TEST_CASE("controller: a request whose prefix another's prefetch is bringing up waits for that copy",
+          "[cpu][controller][file]")
+{
+  document_on_file f{prefetch_mode::wait_complete, 11, 5};
+  auto& cache = f.cache;
+  // Two questions on the document: the first one's prefetch brings it up; the second finds it on
+  // its way and waits for the same copy (one read of the file tier, nothing abandoned).
+  cache.submit({request_id{2}, f.q(2), 0, 2, 0.0});
+  cache.submit({request_id{3}, f.q(3), 0, 2, 0.0});
+  CHECK(cache.stats().prefetched_pages == 6);
+  CHECK(cache.stats().prefetch_abandoned_pages == 0);
+  CHECK(cache.schedule({4096, 0, 0, 0}).prefills.empty());
+  f.land_all();
+  auto const plan = cache.schedule({4096, 0, 0, 0});
+  REQUIRE(plan.prefills.size() == 2);
+  auto h = cache.begin_loads(plan);
+  REQUIRE(h.started.size() == 2);
+  // One loads the document from the host, the other shares that load: the file tier was read once.
+  CHECK(h.started[0].cached_pages[1] + h.started[1].cached_pages[1] == 6);
+  for (auto const& st : h.started) {
+    CHECK(st.cached_pages[0] + st.cached_pages[1] == 6);
+    CHECK(st.cached_pages[2] == 0);
+  }
+  if (h.transfer) { cache.executor().land(*h.transfer, f.rng, 0); }
+  CHECK(cache.complete(h));
+  for (std::uint64_t id : {2u, 3u}) {
+    (void)cache.finish_prefill(request_id{id});
+    cache.release(request_id{id});
+  }
+  f.land_all();
+  cache.check_invariants();
+}
+
+TEST_CASE("controller: prefetch moves a waiting request's prefix from the file tier to the host, per policy",
+          "[cpu][controller][file]")
+{
+  for (prefetch_mode policy :
+       {prefetch_mode::off, prefetch_mode::best_effort, prefetch_mode::wait_complete, prefetch_mode::timeout}) {
+    INFO("policy " << int(policy));
+    document_on_file f{policy, 9, 3};
+    auto& cache = f.cache;
     // A question arrives: its prefix starts up to the host (unless off); the copy has not landed.
-    cache.submit({request_id{2}, q(2), 0, 2, 0.0});
+    cache.submit({request_id{2}, f.q(2), 0, 2, 0.0});
     auto const s = cache.stats();
     CHECK(s.prefetched_pages == (policy == prefetch_mode::off ? 0 : 6));
     auto plan = cache.schedule({4096, 0, 0, 0});
@@ -1349,31 +1338,31 @@ TEST_CASE("controller: prefetch moves a waiting request's prefix from the file t
     if (held) {
       CHECK(cache.stats().prefetch_waits >= 1);
       if (policy == prefetch_mode::timeout) {
-        clock = 0.6;  // past the timeout: it runs, reading what has not landed from the file tier
+        f.clock = 0.6;  // past the timeout: it runs, reading what has not landed from the file tier
       } else {
-        land_all();  // the prefetch lands: it runs from the host
+        f.land_all();  // the prefetch lands: it runs from the host
       }
       plan = cache.schedule({4096, 0, 0, 0});
       REQUIRE(plan.prefills.size() == 1);
     }
-    h = cache.begin_loads(plan);
+    auto h = cache.begin_loads(plan);
     REQUIRE(h.started.size() == 1);
     std::int64_t const from_host = policy == prefetch_mode::wait_complete ? 6 : 0;
     CHECK(h.started[0].cached_pages[1] == from_host);
     CHECK(h.started[0].cached_pages[2] == 6 - from_host);
-    if (h.transfer) { cache.executor().land(*h.transfer, rng, 0); }
+    if (h.transfer) { cache.executor().land(*h.transfer, f.rng, 0); }
     CHECK(cache.complete(h));
-    table = cache.page_table(request_id{2});
+    auto const table = cache.page_table(request_id{2});
     for (std::int64_t p = 0; p < 6; ++p) {
       INFO("page " << p);
-      CHECK(page_ok(pool, q(2), p, table[std::size_t(p)]));
+      CHECK(page_ok(f.pool, f.q(2), p, table[std::size_t(p)]));
     }
     (void)cache.finish_prefill(request_id{2});
     cache.release(request_id{2});
-    land_all();
+    f.land_all();
     cache.check_invariants();
     if (policy != prefetch_mode::off) {  // the prefix is on the host now too
-      CHECK(cache.probe(q(3)).tier_tokens[1] == 6 * geo.page_tokens);
+      CHECK(cache.probe(f.q(3)).tier_tokens[1] == 6 * geo.page_tokens);
     }
   }
 }
