@@ -94,14 +94,12 @@ bool cache_controller<Policies>::start(prefill_item const& it, stream_type strea
   if (scheduler_.uses_transient_nodes()) {
     // Another request of this batch (or one started since the plan was made) now computes this
     // prefix: this one waits for it rather than compute it twice.
-    if (s.transient_pages == 0) {
-      match_result const m = tree_.probe(s.tokens);
-      if (m.delay_hit && m.transient_owner != w.id) { return false; }
-    }
+    match_result const m = tree_.probe(s.tokens);
+    if (s.transient_pages == 0 && m.delay_hit && m.transient_owner != w.id) { return false; }
     keys = page_keys(s, cached);
     // A prompt cached whole computes its last page again into a page of its own: the index holds
     // it, so no other request waits for this one to compute it.
-    if (!keys.empty() && tree_.probe(s.tokens).tokens >= s.prompt_tokens) { keys.pop_back(); }
+    if (!keys.empty() && m.tokens >= s.prompt_tokens) { keys.pop_back(); }
     if (registry_.computed_elsewhere(keys, page_tokens(), options_.delay_hit_tokens)) { return false; }
     mark(w.id, s);
   }
