@@ -20,6 +20,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <string>
@@ -465,6 +466,103 @@ TEST_CASE("remote_tier: a page it was not told of is never read or written", "[c
     remote.learn(document(500 + p, 4, 0), geo.page_tokens);
   }
   CHECK(!remote.read({&first[0], 1}, dst, {&keys[0], 1}, ok));
+}
+
+namespace {
+
+/// The inverse of `detail::mix64` (xor-shifts by 33 undo themselves; odd multipliers invert mod 2^64).
+std::uint64_t unmix64(std::uint64_t h)
+{
+  auto inverse = [](std::uint64_t a) {
+    std::uint64_t x = a;  // Newton's iteration: each step doubles the bits right
+    for (int i = 0; i < 6; ++i) {
+      x *= 2 - a * x;
+    }
+    return x;
+  };
+  h ^= h >> 33;
+  h *= inverse(0xc4ceb9fe1a85ec53ull);
+  h ^= h >> 33;
+  h *= inverse(0xff51afd7ed558ccdull);
+  h ^= h >> 33;
+  return h;
+}
+
+/// A first page of other ids whose 64-bit chain key is `target`'s (the key is not cryptographic:
+/// its last two ids can be solved for), with non-negative ids.
+tokens_t colliding_page(tokens_t const& target, std::int32_t seed)
+{
+  REQUIRE(geo.page_tokens % 2 == 0);
+  std::uint64_t const want = chain_keys(target, geo.page_tokens)[0];
+  for (std::int32_t attempt = 0;; ++attempt) {
+    tokens_t b(std::size_t(geo.page_tokens));
+    for (std::size_t i = 0; i + 2 < b.size(); ++i) {
+      b[i] = 7'000'000 + seed * 1000 + attempt * 10 + std::int32_t(i);
+    }
+    std::uint64_t h = detail::mix64(0x9e3779b97f4a7c15ull);  // chain_key's state for a first page
+    for (std::size_t i = 0; i + 2 < b.size(); i += 2) {
+      std::uint64_t w;
+      std::memcpy(&w, b.data() + i, sizeof w);
+      h = (h ^ w) * 0x100000001b3ull + (h >> 29);
+    }
+    std::uint64_t const inv_p = [] {
+      std::uint64_t a = 0x100000001b3ull, x = a;
+      for (int i = 0; i < 6; ++i) {
+        x *= 2 - a * x;
+      }
+      return x;
+    }();
+    std::uint64_t const w = h ^ ((unmix64(want) - (h >> 29)) * inv_p);
+    std::memcpy(b.data() + b.size() - 2, &w, sizeof w);
+    if (b[b.size() - 2] >= 0 && b[b.size() - 1] >= 0) {
+      REQUIRE(chain_keys(b, geo.page_tokens)[0] == want);
+      return b;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("remote_tier: two prefixes whose index keys collide never read each other's pages",
+          "[cpu][redis][controller]")
+{
+  redis_store store{store_options()};
+  tokens_t const a = document(4242, 1, 0);
+  tokens_t const b = colliding_page(a, 1);
+  REQUIRE(a != b);
+  std::int64_t const slot = std::int64_t(chain_keys(a, geo.page_tokens)[0] >> 1);
+  std::uint64_t const key = chain_keys(a, geo.page_tokens)[0];
+  // Both pages are in the shared store under their own content keys (another instance wrote B's).
+  std::vector<std::byte> page_a(std::size_t(geo.page_bytes()), std::byte{0xa}),
+      page_b(std::size_t(geo.page_bytes()), std::byte{0xb}), back(page_a.size());
+  for (auto const& [t, bytes] : {std::pair{&a, &page_a}, std::pair{&b, &page_b}}) {
+    keyed_page const pg{chain_content_keys(*t, geo.page_tokens)[0], *t};
+    std::byte const* src[] = {bytes->data()};
+    bool ok[1] = {};
+    REQUIRE(store.set({&pg, 1}, src, ok) == 1);
+  }
+  std::byte* dst[] = {back.data()};
+  bool ok[1] = {};
+  {  // told of A alone: A's node reads A's page
+    remote_tier<redis_store> remote{store, geo};
+    remote.learn(a, geo.page_tokens);
+    CHECK(remote.read({&slot, 1}, dst, {&key, 1}, ok));
+    CHECK(back == page_a);
+  }
+  for (bool a_first : {true, false}) {
+    // Told of both (in either order): the index key is ambiguous, a miss, and nothing is written.
+    remote_tier<redis_store> remote{store, geo};
+    remote.learn(a_first ? a : b, geo.page_tokens);
+    remote.learn(a_first ? b : a, geo.page_tokens);
+    std::fill(back.begin(), back.end(), std::byte{0});
+    CHECK(!remote.read({&slot, 1}, dst, {&key, 1}, ok));
+    CHECK(!ok[0]);
+    std::uint64_t const parent = 0;
+    std::byte const* src[] = {page_a.data()};
+    auto const before = store.stats().pages_written;
+    CHECK(!remote.write({&slot, 1}, src, {&key, 1}, {&parent, 1}, a));
+    CHECK(store.stats().pages_written == before);
+  }
 }
 
 TEST_CASE("remote: random engine loops, two engines in turn, every page right and no failed copy",

@@ -94,7 +94,10 @@ class remote_tier {
   {
     if (!state_) { return; }
     for (auto& [id, pending] : state_->jobs) {
-      (void)store_->wait(io_ticket{id}, std::span<bool>(pending.flags.get(), pending.batch()));
+      try {
+        (void)store_->wait(io_ticket{id}, std::span<bool>(pending.flags.get(), pending.batch()));
+      } catch (...) {  // consumed by another caller: it has ended, nothing points into this tier
+      }
     }
   }
 
@@ -194,8 +197,13 @@ class remote_tier {
   };
   struct state {
     std::mutex mutex;
-    std::unordered_map<std::int64_t, std::pair<content_key, std::uint64_t>> content;  // slot -> key, stamp
-    std::deque<std::pair<std::int64_t, std::uint64_t>> order;                         // oldest first
+    struct known_key {
+      content_key key;
+      std::uint64_t stamp = 0;
+      bool ambiguous = false;  // two prompts' pages share the index key: neither is read nor written
+    };
+    std::unordered_map<std::int64_t, known_key> content;       // slot -> key
+    std::deque<std::pair<std::int64_t, std::uint64_t>> order;  // oldest first
     std::uint64_t stamp = 0;
     std::map<std::uint64_t, job> jobs;  // by ticket
   };
@@ -204,14 +212,20 @@ class remote_tier {
 
   /// Under the mutex. Past `remembered_keys`, the key learned longest ago is forgotten; the log of
   /// what was learned when is compacted (never forgetting a live key) once it is twice their number.
+  /// Two content keys for one index key (pages of two prefixes whose 64-bit chain keys collide,
+  /// which the index tells apart by their tokens but the remote tier cannot) make it ambiguous until
+  /// forgotten: such a page is a remote miss, never another prefix's bytes.
   void remember(std::int64_t slot, content_key key)
   {
     auto& s = *state_;
-    s.content[slot] = {key, ++s.stamp};
+    auto [at, fresh] = s.content.try_emplace(slot);
+    at->second.ambiguous = !fresh && (at->second.ambiguous || at->second.key != key);
+    at->second.key = key;
+    at->second.stamp = ++s.stamp;
     s.order.emplace_back(slot, s.stamp);
     auto live = [&](std::pair<std::int64_t, std::uint64_t> const& e) {
       auto const it = s.content.find(e.first);
-      return it != s.content.end() && it->second.second == e.second;
+      return it != s.content.end() && it->second.stamp == e.second;
     };
     while (std::int64_t(s.content.size()) > options_.remembered_keys) {
       auto const front = s.order.front();
@@ -222,12 +236,13 @@ class remote_tier {
       std::erase_if(s.order, [&](auto const& e) { return !live(e); });
     }
   }
-  /// Under the mutex. The content key of a page the tier was told of; none for another.
+  /// Under the mutex. The content key of a page the tier was told of; none for another, or for an
+  /// ambiguous one.
   std::optional<content_key> known(std::int64_t slot) const
   {
     auto it = state_->content.find(slot);
-    if (it == state_->content.end()) { return std::nullopt; }
-    return it->second.first;
+    if (it == state_->content.end() || it->second.ambiguous) { return std::nullopt; }
+    return it->second.key;
   }
 
   /// The pages of a read whose content keys the tier knows (`asked`: their positions); a page it
@@ -266,8 +281,8 @@ class remote_tier {
         std::optional<content_key> const parent =
             parent_keys[i] == 0 ? std::optional<content_key>{content_key{}} : known(remote_slot(parent_keys[i]));
         if (parent) {
-          k = chain_content_key(page_ids, *parent);
-          remember(slots[i], *k);
+          remember(slots[i], chain_content_key(page_ids, *parent));
+          k = known(slots[i]);  // none if the slot is ambiguous
         }
       }
       if (!k) { continue; }
@@ -327,6 +342,7 @@ class remote_tier {
     if ((block ? store_->wait(t, out) : store_->poll(t, out)) == io_status::pending) { return std::nullopt; }
     std::lock_guard lock{state_->mutex};
     auto it = state_->jobs.find(t.id);
+    STRATA_EXPECTS(it != state_->jobs.end(), "remote_tier: ticket ", t.id, " was consumed by another caller");
     job j = std::move(it->second);
     state_->jobs.erase(it);
     return j;
