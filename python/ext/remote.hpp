@@ -82,7 +82,8 @@ inline void bind_remote(nb::module_& m)
       .def_ro("moved", &redis_store_stats::moved)
       .def_ro("ask", &redis_store_stats::ask)
       .def_ro("reconnects", &redis_store_stats::reconnects)
-      .def_ro("slot_map_refreshes", &redis_store_stats::slot_map_refreshes);
+      .def_ro("slot_map_refreshes", &redis_store_stats::slot_map_refreshes)
+      .def_ro("batches_failed", &redis_store_stats::batches_failed);
 
   nb::class_<redis_store> rs(m, "redis_store",
                              "Pages in Redis Cluster (or one server), addressed by content and shared by every engine "

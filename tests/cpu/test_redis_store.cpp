@@ -422,6 +422,39 @@ TEST_CASE("bad input changes nothing", "[cpu][redis]")
   STRATA_REQUIRE_THROWS(strata::invalid_argument, "io_threads", redis_store(o));
 }
 
+TEST_CASE("two threads finishing one ticket: one gets it, the other a clear error", "[cpu][redis][threads]")
+{
+  redis_servers& servers = shared_cluster();
+  redis_store s(options({servers.address(1)}));
+  for (int round = 0; round < (quick() ? 5 : 20); ++round) {
+    document const d(small_geometry(), 200, std::uint32_t(5000 + round));
+    auto pages = d.pages();
+    auto src = d.sources();
+    auto const t = s.submit_set(pages, src);
+    std::atomic<int> got{0}, refused{0};
+    auto finish = [&](bool block) {
+      std::unique_ptr<bool[]> ok(new bool[pages.size()]());
+      try {
+        if (block) {
+          (void)s.wait(t, {ok.get(), pages.size()});
+        } else {
+          while (s.poll(t, {ok.get(), pages.size()}) == strata::io_status::pending) {
+            std::this_thread::yield();
+          }
+        }
+        got.fetch_add(1);
+      } catch (strata::invalid_argument const&) {
+        refused.fetch_add(1);
+      }
+    };
+    std::thread waiter([&] { finish(true); });
+    finish(false);
+    waiter.join();
+    CHECK(got == 1);
+    CHECK(refused == 1);
+  }
+}
+
 TEST_CASE("asynchronous batches from several threads", "[cpu][redis][threads]")
 {
   redis_servers& servers = shared_cluster();

@@ -62,6 +62,8 @@ struct redis_store_stats {
   std::int64_t moved = 0, ask = 0;      ///< cluster redirections followed
   std::int64_t reconnects = 0;          ///< connections dropped after an error
   std::int64_t slot_map_refreshes = 0;  ///< `CLUSTER SLOTS` asked
+  std::int64_t batches_failed =
+      0;  ///< batches of the store's threads that ended in an exception (no memory): every page failed
 };
 
 /**
@@ -233,7 +235,7 @@ class redis_store {
     auto const& c = cluster_.counters();
     return {read_.load(),        absent_.load(),      rejected_.load(),      written_.load(),
             c.unanswered.load(), bytes_read_.load(),  bytes_written_.load(), c.moved.load(),
-            c.ask.load(),        c.reconnects.load(), c.refreshes.load()};
+            c.ask.load(),        c.reconnects.load(), c.refreshes.load(),    failed_batches_.load()};
   }
 
  private:
@@ -350,7 +352,12 @@ class redis_store {
     }
     try {
       pool_->post(urgent, [this, j, work = std::move(work)](int) {
-        work(std::span<bool>(j->flags.get(), j->count));
+        try {
+          work(std::span<bool>(j->flags.get(), j->count));
+        } catch (...) {  // no memory for a round's names or buffers: every page of the batch failed
+          std::fill_n(j->flags.get(), j->count, false);
+          failed_batches_.fetch_add(1);
+        }
         std::lock_guard lock{jobs_mutex_};
         j->done = true;
         jobs_done_.notify_all();
@@ -373,6 +380,8 @@ class redis_store {
                    flags.size(), " flags");
     if (block) {
       jobs_done_.wait(lock, [&] { return j->done; });
+      it = jobs_.find(t.id);  // another thread may have taken the ticket meanwhile
+      STRATA_EXPECTS(it != jobs_.end(), "redis_store: ticket ", t.id, " was consumed by another caller");
     } else if (!j->done) {
       return io_status::pending;
     }
@@ -390,7 +399,8 @@ class redis_store {
   std::int64_t page_bytes_;
   std::string key_head_;
   detail::redis::cluster cluster_;
-  std::atomic<std::int64_t> read_{0}, absent_{0}, rejected_{0}, written_{0}, bytes_read_{0}, bytes_written_{0};
+  std::atomic<std::int64_t> read_{0}, absent_{0}, rejected_{0}, written_{0}, bytes_read_{0}, bytes_written_{0},
+      failed_batches_{0};
   std::mutex jobs_mutex_;
   std::condition_variable jobs_done_;
   std::map<std::uint64_t, std::shared_ptr<job>> jobs_;
