@@ -69,6 +69,7 @@ inline void bind_remote(nb::module_& m)
       .def_prop_rw("retry_budget_ms", ms(&redis_store_options::retry_budget),
                    set_ms(&redis_store_options::retry_budget))
       .def_rw("max_batch_bytes", &redis_store_options::max_batch_bytes)
+      .def_rw("max_value_bytes", &redis_store_options::max_value_bytes)
       .def_rw("io_threads", &redis_store_options::io_threads);
 
   nb::class_<redis_store_stats>(m, "redis_store_stats")

@@ -420,6 +420,9 @@ TEST_CASE("bad input changes nothing", "[cpu][redis]")
   auto o = options({servers.address(0)});
   o.io_threads = 0;
   STRATA_REQUIRE_THROWS(strata::invalid_argument, "io_threads", redis_store(o));
+  o.io_threads = 2;
+  o.max_value_bytes = d.g.page_bytes();  // the header and ids do not fit beside the payload
+  STRATA_REQUIRE_THROWS(strata::invalid_argument, "max_value_bytes", redis_store(o));
 }
 
 TEST_CASE("two threads finishing one ticket: one gets it, the other a clear error", "[cpu][redis][threads]")

@@ -47,6 +47,9 @@ struct redis_store_options {
   /// `cluster-node-timeout` is 15 s; the tests use 2 s) before its unanswered pages are misses.
   std::chrono::milliseconds retry_budget{1000};
   std::int64_t max_batch_bytes = std::int64_t{64} << 20;  ///< value bytes in one pipelined round (≥ one page)
+  /// Largest value the servers take: their `proto-max-bulk-len` (Redis' default, 512 MiB). A page
+  /// whose value (header, ids, payload) is larger is refused at construction, not at every `set`.
+  std::int64_t max_value_bytes = std::int64_t{512} << 20;
   int io_threads = 2;  ///< threads running `submit_get` / `submit_set` batches (gets first)
 };
 
@@ -252,6 +255,11 @@ class redis_store {
                    "redis_store: timeouts must be positive");
     STRATA_EXPECTS(o.max_batch_bytes > 0, "redis_store: max_batch_bytes must be positive, got ", o.max_batch_bytes);
     STRATA_EXPECTS(o.io_threads >= 1, "redis_store: io_threads must be at least 1, got ", o.io_threads);
+    std::int64_t const payload = o.space.geometry.page_bytes();
+    std::size_t const value = detail::keyed_record_bytes(std::size_t(o.space.geometry.page_tokens), payload);
+    STRATA_EXPECTS(o.max_value_bytes > 0 && value <= std::uint64_t(o.max_value_bytes),
+                   "redis_store: a page's value is ", value, " bytes, more than max_value_bytes (", o.max_value_bytes,
+                   ", the servers' proto-max-bulk-len): use smaller pages or raise both");
     detail::redis::cluster_settings s;
     for (std::string const& n : o.nodes) {
       s.seeds.push_back(detail::redis::parse_endpoint(n));
