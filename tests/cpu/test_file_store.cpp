@@ -318,42 +318,123 @@ TEST_CASE("file_store is a record store of the file tier", "[cpu][file]")
   CHECK(strata::detail::crc32c(0, "123456789", 9) == 0xE3069283U);  // the CRC-32C check value
 }
 
+namespace {
+
+/// A read (an urgent job) that runs on a pool until released: 'r' when it starts, 'R' when it ends,
+/// and 'w' for what a test's write job records meanwhile.
+struct held_read {
+  std::mutex m;
+  std::condition_variable cv;
+  bool released = false, running = false;
+  std::vector<char> events;
+  /// Posts it and returns once it runs.
+  void start_on(strata::detail::thread_pool& pool)
+  {
+    pool.post(true, [this](int) {
+      std::unique_lock lock{m};
+      events.push_back('r');
+      running = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return released; });
+      events.push_back('R');
+    });
+    std::unique_lock lock{m};
+    cv.wait(lock, [&] { return running; });
+  }
+  /// Posts a write that records 'w'.
+  void post_write(strata::detail::thread_pool& pool)
+  {
+    pool.post(false, [this](int) {
+      std::lock_guard lock{m};
+      events.push_back('w');
+      cv.notify_all();
+    });
+  }
+  void release()
+  {
+    {
+      std::lock_guard lock{m};
+      released = true;
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
 TEST_CASE("file_store's I/O threads start no write while a read runs on the drive", "[cpu][file]")
 {
   // A drive's pool of 4 threads: a read (urgent) that takes a while, then a write posted while it
   // runs. Threads are free, but the write must wait for the read to end: a backup then delays a
   // load only by the writes already under way when it came.
-  std::mutex m;
-  std::condition_variable cv;
-  bool release_read = false, read_running = false;
-  std::vector<char> events;  // 'r' read started, 'R' read ended, 'w' write started
+  held_read h;
   {
     strata::detail::thread_pool pool{4};
-    pool.post(true, [&](int) {
-      std::unique_lock lock{m};
-      events.push_back('r');
-      read_running = true;
-      cv.notify_all();
-      cv.wait(lock, [&] { return release_read; });
-      events.push_back('R');
-    });
-    {
-      std::unique_lock lock{m};
-      cv.wait(lock, [&] { return read_running; });
-    }
-    pool.post(false, [&](int) {
-      std::lock_guard lock{m};
-      events.push_back('w');
-    });
+    h.start_on(pool);
+    h.post_write(pool);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     {
-      std::lock_guard lock{m};
-      CHECK(events == std::vector<char>{'r'});  // the write waits although 3 threads are idle
-      release_read = true;
+      std::lock_guard lock{h.m};
+      CHECK(h.events == std::vector<char>{'r'});  // the write waits although 3 threads are idle
     }
-    cv.notify_all();
+    h.release();
   }  // the pool runs what is posted, then joins
-  CHECK(events == std::vector<char>{'r', 'R', 'w'});
+  CHECK(h.events == std::vector<char>{'r', 'R', 'w'});
+}
+
+TEST_CASE("a pool whose jobs share no drive lets an idle thread take a write while a read runs", "[cpu][file]")
+{
+  // A network store's threads (redis_store): a long read must not hold back a write that an idle
+  // thread could send.
+  held_read h;
+  {
+    strata::detail::thread_pool pool{2, strata::detail::thread_pool::others_wait::no};
+    h.start_on(pool);
+    h.post_write(pool);
+    {
+      std::unique_lock lock{h.m};
+      CHECK(h.cv.wait_for(lock, std::chrono::seconds(10), [&] { return h.events.size() == 2; }));
+      CHECK(h.events == std::vector<char>{'r', 'w'});  // the write ran beside the read
+    }
+    h.release();
+  }
+  CHECK(h.events == std::vector<char>{'r', 'w', 'R'});
+}
+
+TEST_CASE("such a pool keeps one of its threads for reads while writes wait", "[cpu][file][threads]")
+{
+  // Two long writes on a pool of two: one runs, the other waits, and a read posted then runs on the
+  // second thread at once (writes never hold every thread while a lookup waits).
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false, read_ran = false;
+  int writes_started = 0;
+  {
+    strata::detail::thread_pool pool{2, strata::detail::thread_pool::others_wait::no};
+    for (int k = 0; k < 2; ++k) {
+      pool.post(false, [&](int) {
+        std::unique_lock lock{m};
+        ++writes_started;
+        cv.notify_all();
+        cv.wait(lock, [&] { return release; });
+      });
+    }
+    std::unique_lock lock{m};
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return writes_started == 1; }));
+    lock.unlock();
+    pool.post(true, [&](int) {
+      std::lock_guard l{m};
+      read_ran = true;
+      cv.notify_all();
+    });
+    lock.lock();
+    CHECK(cv.wait_for(lock, std::chrono::seconds(10), [&] { return read_ran; }));
+    CHECK(writes_started == 1);
+    release = true;
+    lock.unlock();
+    cv.notify_all();
+  }  // the second write runs, then the pool joins
+  CHECK(writes_started == 2);
 }
 
 TEST_CASE("file_store's I/O threads never leave a posted job waiting while they sleep", "[cpu][file][threads]")

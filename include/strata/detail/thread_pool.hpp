@@ -16,13 +16,19 @@
 namespace strata::detail {
 
 /// @brief Worker threads taking jobs `f(worker_index)` in order, urgent jobs (reads: someone waits
-///        for them) before the others (writes), and no other job starting while an urgent one runs:
-///        on a drive, a read then shares the device only with the writes already under way when
-///        it came. The destructor runs every job posted, then joins.
+///        for them) before the others (writes), and by default no other job starting while an
+///        urgent one runs: on a drive, a read then shares the device only with the writes already
+///        under way when it came. The destructor runs every job posted, then joins.
 class thread_pool {
  public:
+  /// Whether a job that is not urgent waits while an urgent one runs (`yes`: the jobs share one
+  /// device, a drive; `no`: they do not, as a network store's connections, and an idle worker takes
+  /// the next job of either queue, urgent ones first, but of several workers one is kept for urgent
+  /// jobs: long writes never hold every worker while a read waits).
+  enum class others_wait : bool { no, yes };
   /// @throw std::system_error or std::bad_alloc when a thread cannot start (those started are joined)
-  explicit thread_pool(int threads)
+  explicit thread_pool(int threads, others_wait wait = others_wait::yes)
+      : others_wait_{wait == others_wait::yes}, others_max_{threads > 1 ? threads - 1 : 1}
   {
     try {
       threads_.reserve(static_cast<std::size_t>(threads));
@@ -40,7 +46,7 @@ class thread_pool {
   /// Jobs must not throw (an exception leaving one ends the process).
   void post(std::function<void(int)> job) { post(false, std::move(job)); }
   /// As `post`; an `urgent` job runs before every job that is not, once a worker is free, and a job
-  /// that is not urgent waits while an urgent one runs.
+  /// that is not urgent waits while an urgent one runs (unless `others_wait::no`).
   void post(bool urgent, std::function<void(int)> job)
   {
     {
@@ -75,29 +81,30 @@ class thread_pool {
       {
         std::unique_lock lock{mutex_};
         cv_.wait(lock, [&] {
-          return !urgent_.empty() || (!jobs_.empty() && urgent_running_ == 0) || (stop_ && jobs_.empty());
+          bool const other_may_start = others_wait_ ? urgent_running_ == 0 : others_running_ < others_max_;
+          return !urgent_.empty() || (!jobs_.empty() && other_may_start) || (stop_ && jobs_.empty());
         });
         if (urgent_.empty() && jobs_.empty()) { return; }  // stopping, and every job ran
         urgent = !urgent_.empty();
         auto& from = urgent ? urgent_ : jobs_;
         job = std::move(from.front());
         from.pop_front();
-        urgent_running_ += urgent ? 1 : 0;
+        (urgent ? urgent_running_ : others_running_) += 1;
       }
       job(worker);
-      if (urgent) {
-        {
-          std::lock_guard lock{mutex_};
-          --urgent_running_;
-        }
-        cv_.notify_all();  // the jobs that waited for it
+      {
+        std::lock_guard lock{mutex_};
+        (urgent ? urgent_running_ : others_running_) -= 1;
       }
+      if (urgent || !others_wait_) { cv_.notify_all(); }  // the jobs that waited for it
     }
   }
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void(int)>> urgent_, jobs_;
-  int urgent_running_ = 0;
+  int urgent_running_ = 0, others_running_ = 0;
+  bool const others_wait_;
+  int const others_max_;  // with `others_wait::no`: most jobs that are not urgent running at once
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };

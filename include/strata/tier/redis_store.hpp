@@ -50,7 +50,9 @@ struct redis_store_options {
   /// Largest value the servers take: their `proto-max-bulk-len` (Redis' default, 512 MiB). A page
   /// whose value (header, ids, payload) is larger is refused at construction, not at every `set`.
   std::int64_t max_value_bytes = std::int64_t{512} << 20;
-  int io_threads = 2;  ///< threads running `submit_get` / `submit_set` batches (gets first)
+  /// Threads running `submit_get` / `submit_set` batches. Reads are taken from the queue first, and
+  /// an idle thread takes a write while reads run (a network store has no drive to share).
+  int io_threads = 2;
 };
 
 /// @brief What a `redis_store` did (monotonic).
@@ -91,7 +93,7 @@ class redis_store {
         ns_(namespace_key(options_.space)),
         page_bytes_(options_.space.geometry.page_bytes()),
         cluster_(settings(options_)),
-        pool_(std::make_unique<detail::thread_pool>(options_.io_threads))
+        pool_(std::make_unique<detail::thread_pool>(options_.io_threads, detail::thread_pool::others_wait::no))
   {
     char buf[40];
     std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(ns_.hi),
