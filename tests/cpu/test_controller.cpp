@@ -2074,3 +2074,45 @@ TEST_CASE("controller: the file tier under I/O faults, with loads, backups and p
   CHECK(failed_loads > 0);
   CHECK(discarded > 0);
 }
+
+TEST_CASE("executors' record I/O log: every thread that synchronizes waits for all of it", "[cpu][controller][threads]")
+{
+  // Two threads synchronize an executor (engine and poller, or `warm_up`) while a record job moves:
+  // neither may return before it lands (the first used to take the whole log, the second then
+  // found it empty and read pages still being written).
+  strata::detail::thread_pool pool{1};
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+  auto io = std::make_shared<strata::detail::record_io>();
+  io->run(
+      pool, false, tier::file,
+      [&] {
+        std::unique_lock lock{m};
+        cv.wait(lock, [&] { return open; });
+      },
+      "test");
+  strata::detail::record_io_log log;
+  log.add(io);
+  std::atomic<int> returned{0};
+  std::thread a([&] {
+    log.wait_all();
+    returned.fetch_add(1);
+  });
+  std::thread b([&] {
+    log.wait_all();
+    returned.fetch_add(1);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(returned.load() == 0);
+  {
+    std::lock_guard lock{m};
+    open = true;
+  }
+  cv.notify_all();
+  a.join();
+  b.join();
+  CHECK(returned.load() == 2);
+  CHECK(io->poll(false) == io_status::succeeded);
+  log.wait_all();  // nothing left to wait for
+}

@@ -287,25 +287,39 @@ class record_io_log {
   void add(std::shared_ptr<record_io> io)
   {
     std::lock_guard lock{m_};
-    std::erase_if(io_, [](auto const& x) { return x->poll(false) != io_status::pending; });
-    io_.push_back(std::move(io));
+    std::erase_if(io_, [](auto const& x) { return x.second->poll(false) != io_status::pending; });
+    io_.emplace_back(++added_, std::move(io));
   }
-  /// @brief Blocks until the record I/O of every submission added so far finished.
+  /// @brief Blocks until the record I/O of every submission added so far finished. Callers on
+  ///        several threads each wait for all of it (an entry leaves the log only once finished),
+  ///        and none waits for what was added after it was called. Takes no memory of its own.
   void wait_all() noexcept
   {
-    std::vector<std::shared_ptr<record_io>> all;
+    std::uint64_t last;
     {
       std::lock_guard lock{m_};
-      all.swap(io_);
+      last = added_;
     }
-    for (auto const& x : all) {
-      (void)x->poll(true);
+    for (;;) {
+      std::shared_ptr<record_io> next;  // the first entry added by then still moving
+      {
+        std::lock_guard lock{m_};
+        for (auto const& [n, x] : io_) {
+          if (n <= last && x->poll(false) == io_status::pending) {
+            next = x;
+            break;
+          }
+        }
+      }
+      if (!next) { return; }
+      (void)next->poll(true);
     }
   }
 
  private:
   std::mutex m_;
-  std::vector<std::shared_ptr<record_io>> io_;
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<record_io>>> io_;  // by when added
+  std::uint64_t added_ = 0;
 };
 
 }  // namespace strata::detail
