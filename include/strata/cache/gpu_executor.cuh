@@ -230,7 +230,16 @@ class gpu_executor {
         (void)cudaGetLastError();
         throw;
       }
-      if (!io->empty()) { return with_records(std::move(last), all, std::move(io)); }
+      if (!io->empty()) {
+        try {
+          return with_records(std::move(last), all, io);
+        } catch (...) {  // no memory for the handle's parts: the I/O started must end first
+          (void)io->poll(true);
+          (void)cudaStreamSynchronize(s);
+          (void)cudaGetLastError();
+          throw;
+        }
+      }
       return last.valid() ? last : failed_handle(all, nullptr);
     } catch (...) {
       ++st.failed;

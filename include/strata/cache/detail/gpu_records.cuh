@@ -85,7 +85,10 @@ class gpu_record_thread {
         try {
           if (at + per < n) { next.emplace(start(at + per, half ^ 1)); }
           finish_read(src, *current, "gpu_executor");
+          copy_in(current->legs.out, staging_half(g, half), half);
         } catch (...) {
+          // A failed read or copy: the next chunk's read goes on into the other staging half (and
+          // holds its slots in flight) until waited for.
           if (next) {  // it reads into the staging: let it land before the failure is reported
             std::span<bool> const intact{next->intact.get(), next->legs.from.size()};
             try {
@@ -100,7 +103,6 @@ class gpu_record_thread {
           }
           throw;
         }
-        copy_in(current->legs.out, staging_half(g, half), half);
         current = std::move(next);
       }
     } else {
