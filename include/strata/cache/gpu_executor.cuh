@@ -48,7 +48,9 @@ namespace strata {
  *   are ordered after the work already on that stream (an event recorded there: compute writing
  *   pages being backed up), but run on the executor's streams — loads on a high-priority stream,
  *   backups and demotions on a low-priority one — so later work on the caller's stream does not
- *   wait for them: make it wait per layer with `wait_layer`.
+ *   wait for them: make it wait per layer with `wait_layer`. Copies that `dma_batch` makes through
+ *   the submit thread (below) run on that thread's streams, of the same priorities: the executor's
+ *   streams (`load_stream()`, `copy_stream()`) do not cover them; the handles and `synchronize` do.
  * - Handles: `transfer_handle`. Loads complete per layer (`completion::per_layer`), copies as a
  *   whole. A submission with several directions issues them in order on one stream, so the last
  *   one's handle covers all. A submission refused before anything moved (a plan `validate` or a
@@ -69,9 +71,9 @@ namespace strata {
  * - Devices: the executor copies on one device (`gpu_executor_config::device`, else the one current
  *   at construction), whichever device is current on the calling thread: each call that touches
  *   CUDA makes it current for its duration (`device_scope`) and restores the caller's. A stream of
- *   another device, or a default stream while another device is current, is refused
- *   (`check_stream`, which the controller calls before changing anything); so are pages in another
- *   device's memory (`gpu_assisted`'s check).
+ *   another device is refused (`check_stream`, which the controller calls before changing
+ *   anything); a default stream (legacy or per-thread) means the executor's device's, whichever
+ *   device is current; pages in another device's memory are refused (`gpu_assisted`'s check).
  * - Thread safety: `submit` is serialised by the controller's lock; `status`, `set_activity` and
  *   `stats` may be called from any thread.
  *
@@ -327,13 +329,15 @@ class gpu_executor {
   }
   /// @brief The settings.
   [[nodiscard]] gpu_executor_config const& config() const noexcept { return state_->config; }
-  /// @brief The stream loads are issued on (created on first use, on the executor's device).
+  /// @brief The stream loads are issued on (created on first use, on the executor's device), but
+  ///        for those `dma_batch` makes on the submit thread's streams.
   [[nodiscard]] cuda::stream_ref load_stream()
   {
     device_scope const on{state_->bound()};
     return state_->parts().load_stream;
   }
-  /// @brief The stream backups and demotions are issued on (created on first use, on the executor's device).
+  /// @brief The stream backups and demotions are issued on (created on first use, on the executor's
+  ///        device), but for those `dma_batch` makes on the submit thread's streams.
   [[nodiscard]] cuda::stream_ref copy_stream()
   {
     device_scope const on{state_->bound()};

@@ -57,7 +57,8 @@ struct gpu_executor_config {
   /// previous one crosses PCIe. A chunk holds at least one page (the staging grows to two pages).
   std::int64_t record_staging_bytes = std::int64_t{64} << 20;
   /// Stream the loads are issued on (e.g. an `sm_partition::copy_stream()`); none: the executor's
-  /// own, at the highest stream priority.
+  /// own, at the highest stream priority. `dma_batch` copies made through the submit thread
+  /// (`dma_submit_thread`) run on that thread's streams instead.
   std::optional<cuda::stream_ref> load_stream{};
   /// Stream backups and demotions are issued on; none: the executor's own, at the lowest priority.
   std::optional<cuda::stream_ref> copy_stream{};
