@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -44,7 +45,9 @@ struct redis_store_options {
   std::chrono::milliseconds connect_timeout{250};   ///< to open one connection
   std::chrono::milliseconds command_timeout{2000};  ///< for one pipelined round's replies on a connection
   /// How long a batch keeps following redirections and reconnecting (a failover: Redis' default
-  /// `cluster-node-timeout` is 15 s; the tests use 2 s) before its unanswered pages are misses.
+  /// `cluster-node-timeout` is 15 s; the tests use 2 s) before its unanswered pages are misses, a
+  /// round of `max_batch_bytes` at a time. For `submit_exists` (a lookup a request is held for) it
+  /// counts from the submit: a lookup that waited it out in the queue is answered at once, a miss.
   std::chrono::milliseconds retry_budget{1000};
   std::int64_t max_batch_bytes = std::int64_t{64} << 20;  ///< value bytes in one pipelined round (≥ one page)
   /// Largest value the servers take: their `proto-max-bulk-len` (Redis' default, 512 MiB). A page
@@ -213,7 +216,8 @@ class redis_store {
   ///        the store holds `keys[i]` (the keys stay valid until the ticket completes).
   io_ticket submit_exists(std::span<content_key const> keys)
   {
-    return submit(true, keys.size(), [this, keys](std::span<bool> flags) { held(keys, flags); });
+    auto const until = std::chrono::steady_clock::now() + options_.retry_budget;  // from the submit
+    return submit(true, keys.size(), [this, keys, until](std::span<bool> flags) { held(keys, flags, until); });
   }
   /// @brief `get` on the store's threads, before every queued `submit_set`; see `async_keyed_page_store`.
   io_ticket submit_get(std::span<keyed_page const> pages, std::span<std::byte* const> dests)
@@ -272,8 +276,10 @@ class redis_store {
     return s;
   }
 
-  /// `have[i]`: whether the store holds `keys[i]` (one pipelined `EXISTS` per key).
-  void held(std::span<content_key const> keys, std::span<bool> have)
+  /// `have[i]`: whether the store holds `keys[i]` (one pipelined `EXISTS` per key); `until`: when
+  /// its retries end (none: `retry_budget` from now).
+  void held(std::span<content_key const> keys, std::span<bool> have,
+            std::optional<std::chrono::steady_clock::time_point> until = std::nullopt)
   {
     std::vector<std::string> names = key_names(keys);
     cluster_.run(
@@ -283,7 +289,8 @@ class redis_store {
           std::size_t const len[] = {6, names[i].size()};
           redisAppendCommandArgv(c, 2, argv, len);
         },
-        [&](std::size_t i, redisReply const* r) { have[i] = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1; });
+        [&](std::size_t i, redisReply const* r) { have[i] = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1; },
+        until);
   }
 
   template <class Page>

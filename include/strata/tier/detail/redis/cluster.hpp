@@ -24,6 +24,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -95,10 +96,13 @@ class cluster {
    * @brief Runs commands `0..n-1`: `key_of(i)` routes command `i`, `append(i, ctx)` appends it to a
    *        connection (`redisAppendFormattedCommand` / `redisAppendCommandArgv`), `on_reply(i, r)`
    *        gets its final reply — never a redirection or a "try again" — or nullptr when none came
-   *        within the retry budget. Replies are valid only during the call.
+   *        within the retry budget. Replies are valid only during the call. `until`: when the
+   *        retries end instead of `retry_budget` from now (a batch that starts past it sends
+   *        nothing: every command unanswered).
    */
   template <class KeyOf, class Append, class OnReply>
-  void run(std::size_t n, KeyOf&& key_of, Append&& append, OnReply&& on_reply)
+  void run(std::size_t n, KeyOf&& key_of, Append&& append, OnReply&& on_reply,
+           std::optional<std::chrono::steady_clock::time_point> until = std::nullopt)
   {
     struct item {
       std::size_t index;
@@ -113,7 +117,14 @@ class cluster {
     for (std::size_t i = 0; i < n; ++i) {
       pending[i].index = i;
     }
-    auto const deadline = std::chrono::steady_clock::now() + settings_.retry_budget;
+    auto const deadline = until.value_or(std::chrono::steady_clock::now() + settings_.retry_budget);
+    if (until && std::chrono::steady_clock::now() >= deadline) {  // it waited its budget out in a queue
+      counters_.unanswered.fetch_add(std::int64_t(n));
+      for (std::size_t i = 0; i < n; ++i) {
+        on_reply(i, static_cast<redisReply const*>(nullptr));
+      }
+      return;
+    }
     auto backoff = std::chrono::milliseconds(5);
     while (!pending.empty()) {
       std::vector<lease> leases;
