@@ -787,6 +787,40 @@ TEST_CASE("controller: a planned request released and submitted again is not beg
   c.check_invariants();
 }
 
+TEST_CASE("controller: an id submitted again with another prompt is not sized from its old probe", "[cpu][controller]")
+{
+  // The strategy kept each request's probe by id, and a probe memo knows its tokens by their
+  // buffer's address and size: a released id submitted again with a prompt of the same size got
+  // the same buffer back, and the old prompt's cached path (another request's pages) was planned
+  // as its prefix. Without delay hits nothing else changes the path's stamps in between. (Whether
+  // the buffer comes back is the allocator's: glibc's did in the reviewer's reproduction; test_sched
+  // checks the strategy with the same buffer for certain.)
+  std::vector<std::byte> mem(std::size_t(64 * geo.page_bytes()));
+  layer_first pool{mem.data(), geo, 64};
+  controller c{pool, 64, {}, strata_scheduler{strata_options{.delay_hits = false}}};
+  auto serve = [&](std::uint64_t id, tokens_t const& t, bool release) {
+    c.submit({request_id{id}, t, 0, 1});
+    auto const plan = c.schedule({64});
+    REQUIRE(plan.prefills.size() == 1);
+    std::int64_t const cached = plan.prefills[0].cached_tokens;
+    auto h = c.begin_loads(plan);
+    CHECK(c.complete(h));
+    (void)c.finish_prefill(request_id{id});
+    if (release) { c.release(request_id{id}); }
+    return cached;
+  };
+  tokens_t const s1{1, 2, 3, 4, 5, 6, 7, 8}, p1{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+      p2{50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61};
+  std::int64_t const first = serve(100, s1, true);
+  std::int64_t const second = serve(7, p1, false);
+  c.release(request_id{7});  // and at once (no allocation in between) the id comes back
+  std::int64_t const third = serve(7, p2, false);
+  CHECK(first == 0);
+  CHECK(second == 8);
+  CHECK(third == 0);  // nothing of p2 is cached (was 8: s1's pages, then finish_prefill threw)
+  c.check_invariants();
+}
+
 TEST_CASE("controller: a prompt cached whole computes its last page into a page of its own", "[cpu][controller]")
 {
   engine_run e{7, 32, 16, write_policy::write_through, false};

@@ -1083,3 +1083,30 @@ TEST_CASE("strata rejects bad options", "[cpu][sched]")
   STRATA_REQUIRE_THROWS(invalid_argument, "short_percent must be in [0, 100], got -1",
                         strata_scheduler({.short_percent = -1}));
 }
+
+TEST_CASE("strata: an id that comes back with another prompt is probed afresh", "[cpu][sched]")
+{
+  // The strategy keeps each request's probe memo across rounds, and a memo knows its tokens by
+  // their buffer's address and size: an engine that releases an id and submits it again with
+  // another prompt of the same size in the same buffer (an allocator's reuse) must not be planned
+  // from the old prompt's cached path. The submission number tells them apart.
+  fixture f;
+  f.cache(pages(1, 8), false);
+  f.wait(pages(1, 12), 12 * 32);  // shares the 8 cached pages
+  strata_scheduler s{strata_options{.delay_hits = false}};
+  auto v = f.view();
+  f.waiting[0].submission = 1;
+  v.waiting = f.waiting;
+  auto const a = s.schedule(v);
+  REQUIRE(a.prefills.size() == 1);
+  CHECK(a.prefills[0].cached_tokens == 8 * 32);
+  // Released, and the id comes back: other tokens in the same buffer, a new submission.
+  std::vector<std::int32_t>& buf = f.token_store[0];
+  std::iota(buf.begin(), buf.end(), 500);
+  f.waiting[0].submission = 2;
+  v.waiting = f.waiting;
+  auto const b = s.schedule(v);
+  REQUIRE(b.prefills.size() == 1);
+  CHECK(b.prefills[0].cached_tokens == 0);
+  CHECK(plan_batch(strata_scheduler{strata_options{.delay_hits = false}}, v, f.tree).prefills[0].cached_tokens == 0);
+}

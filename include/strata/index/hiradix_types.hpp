@@ -86,7 +86,9 @@ class hiradix_tree;
  * A scheduler ranks the same waiting requests round after round while each round changes a few
  * nodes; keeping one memo per waiting request makes a round's probes cost a check of the few nodes
  * on each request's path (and one child lookup where the path ended at a node that gained
- * children) instead of a comparison of every token. Default-constructed: empty.
+ * children) instead of a comparison of every token. Default-constructed: empty. It knows the
+ * tokens by their buffer's address and size only: probe the same buffer, unchanged, or a fresh memo
+ * (a buffer freed and allocated again for other tokens looks the same to it).
  */
 class probe_memo {
  public:

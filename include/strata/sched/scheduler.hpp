@@ -22,6 +22,9 @@ namespace strata {
 /// @brief A request waiting for (the rest of) its prefill.
 struct waiting_request {
   request_id id{};
+  /// Which submission of `id` this is (an engine may submit an id again once it released it): what
+  /// a strategy keeps of a request across rounds is keyed by both (the controller numbers them).
+  std::uint64_t submission = 0;
   double arrival_s = 0;                  ///< arrival time
   std::span<std::int32_t const> tokens;  ///< what the index holds: token ids, or one id per page
   std::int64_t prompt_tokens = 0;        ///< tokens to prefill in all

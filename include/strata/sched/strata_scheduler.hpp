@@ -98,8 +98,9 @@ struct strata_options {
 class strata_scheduler {
   /// What the strategy keeps of a waiting request between rounds.
   struct request_memo {
-    probe_memo probe;         // its last probe, reused while its path is unchanged
-    double deadline = 0;      // remaining_work order
+    std::uint64_t submission = 0;  // which submission of the id it is kept for
+    probe_memo probe;              // its last probe, reused while its path is unchanged
+    double deadline = 0;           // remaining_work order
     std::uint64_t dated = 0;  // the last round that ranked it by deadline, 0: none (the deadline holds while it stays)
     std::uint64_t seen = 0;   // the last round that looked at it
   };
@@ -148,6 +149,10 @@ class strata_scheduler {
     std::vector<request_memo*> kept(v.waiting.size(), nullptr);  // stable: the map's nodes stay put
     auto const memo_of = [&](std::size_t i) -> request_memo& {
       request_memo& e = requests_[v.waiting[i].id.value];
+      if (e.submission != v.waiting[i].submission) {  // the id came back with another prompt: a new request
+        e = request_memo{};
+        e.submission = v.waiting[i].submission;
+      }
       e.seen = round_;
       kept[i] = &e;
       return e;

@@ -78,6 +78,7 @@ void cache_controller<Policies>::submit(cache_request const& r, stream_type stre
   mark(r.id, *s);
   waiting_request w;
   w.id = r.id;
+  w.submission = s->submission;
   w.arrival_s = r.arrival_s;
   w.tokens = s->tokens;
   w.prompt_tokens = prompt;

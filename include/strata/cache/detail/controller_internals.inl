@@ -510,6 +510,7 @@ void cache_controller<Policies>::requeue(request_id id)
   } else {
     waiting_request w;
     w.id = id;
+    w.submission = s.submission;
     w.tokens = s.tokens;
     w.prompt_tokens = s.prompt_tokens;
     w.output_tokens = s.max_new_tokens;
