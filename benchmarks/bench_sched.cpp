@@ -10,7 +10,8 @@
 // index between decisions as serving does (untimed): a new document of 600-3,100 pages is computed
 // onto the device and as many least recently used device pages are demoted to the host, so that
 // each round re-walks the requests on a document that moved and those that missed at a node that
-// gained a child.
+// gained a child. `/delay_hits`: half the queue owns new documents marked in the index, the other
+// half asks about them (delay hits, whose owners are looked up each decision).
 #include <strata/presets/h200.hpp>
 #include <strata/sched/baselines.hpp>
 #include <strata/sched/strata_scheduler.hpp>
@@ -151,6 +152,50 @@ void decide(benchmark::State& state, S strategy, int waiting, bool changing)
   state.counters["planned_per_decision"] = benchmark::Counter(double(planned), benchmark::Counter::kAvgIterations);
 }
 
+/// Half the queue computes new documents (each marked in the index as its owner's, as the
+/// controller marks a waiting prompt), the other half are questions on them: delay hits, whose
+/// owners must join the candidates (a lookup per owner).
+void decide_delay_hits(benchmark::State& state, int waiting)
+{
+  hiradix_config h = fixture::config(1 << 20);
+  hiradix_tree tree{h};
+  cost_model const costs = h200::costs(models::llama31_8b, h200::gpu_assisted_io());
+  std::vector<std::vector<std::int32_t>> tokens;
+  tokens.reserve(std::size_t(waiting));
+  for (int k = 0; k < waiting / 2; ++k) {
+    std::vector<std::int32_t> doc(std::size_t(40));
+    std::iota(doc.begin(), doc.end(), 300'000'000 + k * 100);
+    tokens.push_back(doc);
+    (void)tree.mark_in_queue(request_id{std::uint64_t(2 * k + 1)}, tokens.back());
+    doc.push_back(-1 - k);
+    tokens.push_back(std::move(doc));
+  }
+  std::vector<waiting_request> w(tokens.size());
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    w[i].id = request_id{i + 1};
+    w[i].arrival_s = double(i) * 0.01;
+    w[i].tokens = tokens[i];
+    w[i].prompt_tokens = std::int64_t(tokens[i].size()) * 32;
+    w[i].output_tokens = 32;
+  }
+  scheduler_view v;
+  v.waiting = w;
+  v.tree = &tree;
+  v.costs = &costs;
+  v.page_tokens = 32;
+  v.token_budget = 8192;
+  v.device_pages_available = 1 << 19;
+  strata_scheduler s;
+  std::size_t deferred = 0;
+  for (auto _ : state) {
+    batch_plan const p = s.schedule(v);  // the proposal (matching would take the marks' pages)
+    deferred += p.deferred.size();
+    benchmark::DoNotOptimize(p.predicted_load_s);
+  }
+  state.counters["waiting"] = double(w.size());
+  state.counters["deferred_per_decision"] = benchmark::Counter(double(deferred), benchmark::Counter::kAvgIterations);
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(decide, fifo, strata::fifo{}, 1000, false)
@@ -199,6 +244,14 @@ BENCHMARK_CAPTURE(decide, strata / 10000_waiting, strata::strata_scheduler{}, 10
 BENCHMARK_CAPTURE(decide, strata / 10000_waiting / changing, strata::strata_scheduler{}, 10000, true)
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(1000)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(decide_delay_hits, strata / 1000_waiting / delay_hits, 1000)
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK_CAPTURE(decide_delay_hits, strata / 10000_waiting / delay_hits, 10000)
+    ->Unit(benchmark::kMicrosecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
 BENCHMARK_MAIN();

@@ -177,14 +177,25 @@ class strata_scheduler {
           owners.push_back(matches[i].transient_owner);
         }
       }
-      for (auto const id : owners) {
+      if (!owners.empty()) {  // linear in the waiting requests, whatever the number of delay hits
+        std::unordered_map<std::uint64_t, std::size_t> at;  // request id -> position in the view
+        at.reserve(v.waiting.size());
         for (std::size_t i = 0; i < v.waiting.size(); ++i) {
-          if (v.waiting[i].id != id) { continue; }
-          if (!v.waiting[i].started && std::find(fresh.begin(), fresh.end(), i) == fresh.end()) {
+          at.emplace(v.waiting[i].id.value, i);
+        }
+        std::vector<char> in_fresh(v.waiting.size(), 0);
+        for (auto i : fresh) {
+          in_fresh[i] = 1;
+        }
+        for (auto const id : owners) {
+          auto const it = at.find(id.value);
+          if (it == at.end()) { continue; }
+          std::size_t const i = it->second;
+          if (!v.waiting[i].started && !in_fresh[i]) {
+            in_fresh[i] = 1;
             fresh.push_back(i);
             probe(i);
           }
-          break;
         }
       }
     }
