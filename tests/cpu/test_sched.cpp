@@ -1110,3 +1110,21 @@ TEST_CASE("strata: an id that comes back with another prompt is probed afresh", 
   CHECK(b.prefills[0].cached_tokens == 0);
   CHECK(plan_batch(strata_scheduler{strata_options{.delay_hits = false}}, v, f.tree).prefills[0].cached_tokens == 0);
 }
+
+TEST_CASE("strata: an unlimited token budget plans every prompt whole, in either order", "[cpu][sched]")
+{
+  // schedule({INT64_MAX}) is how an engine says "no token limit"; halving or scaling the budget
+  // must not overflow (UBSan saw `token_budget + 1` and `token_budget * short_percent`).
+  for (auto order : {strata_order::remaining_work, strata_order::longest_prefix}) {
+    fixture f;
+    f.cache(pages(1, 8), false);
+    f.wait(pages(1, 12), 12 * 32);
+    f.wait(pages(900, 3), 3 * 32 - 5);
+    strata_scheduler s{strata_options{.order = order}};
+    auto const p = plan_batch(s, f.view(std::numeric_limits<std::int64_t>::max()), f.tree);
+    REQUIRE(p.prefills.size() == 2);
+    for (auto const& it : p.prefills) {
+      CHECK(it.chunk_tokens + it.cached_tokens == f.waiting[it.index].prompt_tokens);
+    }
+  }
+}

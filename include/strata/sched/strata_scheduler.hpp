@@ -202,10 +202,13 @@ class strata_scheduler {
     // Short: with the remaining-work order, a prefill that completes within balance's share (half
     // the budget), so that the share starts no second chunked prefill; with longest_prefix's order,
     // `short_percent` of the budget (as before issue 11).
-    std::int64_t const short_share = std::max<std::int64_t>(1, (v.token_budget + 1) / 2);
-    std::int64_t const short_tokens = options_.order == strata_order::remaining_work
-                                          ? short_share
-                                          : std::max<std::int64_t>(1, v.token_budget * options_.short_percent / 100);
+    // (Written so that any budget up to INT64_MAX, "unlimited", cannot overflow.)
+    std::int64_t const short_share = std::max<std::int64_t>(1, v.token_budget / 2 + v.token_budget % 2);
+    std::int64_t const short_tokens =
+        options_.order == strata_order::remaining_work
+            ? short_share
+            : std::max<std::int64_t>(1, v.token_budget / 100 * options_.short_percent +
+                                            v.token_budget % 100 * options_.short_percent / 100);
     std::vector<std::size_t> order;
     std::vector<char> overdue(v.waiting.size(), 0);  // remaining_work order: past their deadline
     auto rank = [&](std::size_t i) {
