@@ -2150,3 +2150,31 @@ TEST_CASE("executors' record I/O log: every thread that synchronizes waits for a
   CHECK(io->poll(false) == io_status::succeeded);
   log.wait_all();  // nothing left to wait for
 }
+
+TEST_CASE("controller: rates set on the default options' empty cost model are kept", "[cpu][controller]")
+{
+  // The documented way to give the controller measured rates (docs/remote_tier.md, file_tier.md):
+  // `options.costs.set_remote_tier(...)` on default options. The controller fills an empty model
+  // from its geometry; it used to drop those rates with it.
+  std::vector<std::byte> mem(std::size_t(16 * geo.page_bytes()));
+  layer_first pool{mem.data(), geo, 16};
+  controller_options o;
+  o.costs.set_file_tier(1.5e9, 0.5e9);
+  o.costs.set_host_link(20e9, 21e9);
+  controller c{pool, 16, o};
+  auto const& io = c.options().costs.io();
+  CHECK(c.options().costs.page_bytes() == geo.page_bytes());
+  CHECK(io.load_bytes_per_s[std::size_t(tier::file)] == 1.5e9);
+  CHECK(io.store_bytes_per_s[std::size_t(tier::file)] == 0.5e9);
+  CHECK(io.load_bytes_per_s[std::size_t(tier::host)] == 20e9);
+  CHECK(io.backup_bytes_per_s == 21e9);
+  auto const defaults = h200::costs_for(geo);
+  CHECK(io.load_bytes_per_s[std::size_t(tier::remote)] == defaults.io().load_bytes_per_s[std::size_t(tier::remote)]);
+  controller_options r;
+  r.costs.set_remote_tier(3e9, 2e9, 0.0);
+  controller c2{pool, 16, r};
+  CHECK(c2.options().costs.io().load_bytes_per_s[std::size_t(tier::remote)] == 3e9);
+  CHECK(c2.options().costs.io().load_latency_s[std::size_t(tier::remote)] == 0.0);
+  CHECK(c2.options().costs.io().load_bytes_per_s[std::size_t(tier::file)] ==
+        defaults.io().load_bytes_per_s[std::size_t(tier::file)]);
+}

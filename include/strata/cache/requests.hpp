@@ -58,7 +58,8 @@ struct controller_options {
   std::function<double()> clock{};
   std::int64_t selective_hits = 2;     ///< hits before a `write_through_selective` backup
   std::int64_t delay_hit_tokens = 64;  ///< shortest prefix worth waiting for (delay hits)
-  /// The scheduler's cost model (empty: `h200::costs_for(geometry)`, H200 figures).
+  /// The scheduler's cost model (empty: `h200::costs_for(geometry)`, H200 figures, with the rates
+  /// an engine set on the empty model through `set_file_tier`, `set_remote_tier`, `set_host_link`).
   cost_model costs{};
   /// The ids given to `submit` are one per page (the simulator's compact index), not token ids.
   bool ids_are_pages = false;

@@ -253,6 +253,7 @@ class cost_model {
                    write_bytes_per_s);
     io_.load_bytes_per_s[std::size_t(tier::file)] = read_bytes_per_s;
     io_.store_bytes_per_s[std::size_t(tier::file)] = write_bytes_per_s;
+    set_ |= file_set;
   }
 
   /**
@@ -272,6 +273,7 @@ class cost_model {
     io_.load_bytes_per_s[std::size_t(tier::remote)] = read_bytes_per_s;
     io_.store_bytes_per_s[std::size_t(tier::remote)] = write_bytes_per_s;
     io_.load_latency_s[std::size_t(tier::remote)] = latency_s;
+    set_ |= remote_set;
   }
 
   /**
@@ -287,6 +289,25 @@ class cost_model {
                    load_bytes_per_s, " and ", backup_bytes_per_s);
     io_.load_bytes_per_s[std::size_t(tier::host)] = load_bytes_per_s;
     io_.backup_bytes_per_s = backup_bytes_per_s;
+    set_ |= host_set;
+  }
+
+  /**
+   * @brief This model with the rates `other` was given through `set_file_tier`, `set_remote_tier`
+   *        and `set_host_link` (the others unchanged). A controller given an empty model (the
+   *        default `controller_options`) fills it from its geometry this way, keeping what the
+   *        engine measured and set on it.
+   */
+  [[nodiscard]] cost_model with_rates_set_on(cost_model const& other) const
+  {
+    cost_model m = *this;
+    constexpr auto f = std::size_t(tier::file), r = std::size_t(tier::remote), h = std::size_t(tier::host);
+    if (other.set_ & file_set) { m.set_file_tier(other.io_.load_bytes_per_s[f], other.io_.store_bytes_per_s[f]); }
+    if (other.set_ & remote_set) {
+      m.set_remote_tier(other.io_.load_bytes_per_s[r], other.io_.store_bytes_per_s[r], other.io_.load_latency_s[r]);
+    }
+    if (other.set_ & host_set) { m.set_host_link(other.io_.load_bytes_per_s[h], other.io_.backup_bytes_per_s); }
+    return m;
   }
 
  private:
@@ -302,6 +323,8 @@ class cost_model {
   io_costs io_{};
   std::int64_t page_bytes_{0};  // 0: an empty model (default-constructed)
   std::int64_t page_tokens_{0};
+  static constexpr unsigned file_set = 1, remote_set = 2, host_set = 4;
+  unsigned set_ = 0;  // which of the setters gave this model its rates (`with_rates_set_on`)
 };
 
 }  // namespace strata

@@ -28,7 +28,7 @@ cache_controller<Policies>::cache_controller(tiers_type tiers, controller_option
 template <cache_policies Policies>
 controller_options cache_controller<Policies>::checked_options(controller_options o, tiers_type const& tiers)
 {
-  if (o.costs.page_bytes() == 0) { o.costs = h200::costs_for(tiers.geometry()); }
+  if (o.costs.page_bytes() == 0) { o.costs = h200::costs_for(tiers.geometry()).with_rates_set_on(o.costs); }
   STRATA_EXPECTS(o.costs.page_tokens() == tiers.geometry().page_tokens,
                  "cache_controller: the cost model's pages hold ", o.costs.page_tokens(), " tokens, the tiers' ",
                  tiers.geometry().page_tokens);
