@@ -170,6 +170,16 @@ class strata_scheduler {
     // A delay hit waits for the request computing its prefix: that request must be a candidate,
     // even from outside the window (a younger request may own the prefix an older one needs), or
     // a window full of delay hits would stall.
+    std::unordered_map<std::uint64_t, std::size_t> at;  // request id -> position in the view, once delay hits need it
+    auto const positions = [&]() -> std::unordered_map<std::uint64_t, std::size_t> const& {
+      if (at.empty()) {
+        at.reserve(v.waiting.size());
+        for (std::size_t i = 0; i < v.waiting.size(); ++i) {
+          at.emplace(v.waiting[i].id.value, i);
+        }
+      }
+      return at;
+    };
     if (options_.delay_hits) {
       std::vector<request_id> owners;
       for (auto i : fresh) {
@@ -178,18 +188,14 @@ class strata_scheduler {
         }
       }
       if (!owners.empty()) {  // linear in the waiting requests, whatever the number of delay hits
-        std::unordered_map<std::uint64_t, std::size_t> at;  // request id -> position in the view
-        at.reserve(v.waiting.size());
-        for (std::size_t i = 0; i < v.waiting.size(); ++i) {
-          at.emplace(v.waiting[i].id.value, i);
-        }
+        auto const& where = positions();
         std::vector<char> in_fresh(v.waiting.size(), 0);
         for (auto i : fresh) {
           in_fresh[i] = 1;
         }
         for (auto const id : owners) {
-          auto const it = at.find(id.value);
-          if (it == at.end()) { continue; }
+          auto const it = where.find(id.value);
+          if (it == where.end()) { continue; }
           std::size_t const i = it->second;
           if (!v.waiting[i].started && !in_fresh[i]) {
             in_fresh[i] = 1;
@@ -219,7 +225,8 @@ class strata_scheduler {
     if (options_.order == strata_order::remaining_work) {
       // Chunked prefills under way first (they hold their device pages and their first token waits
       // on them); with balance, short prefills before them within half the budget (below).
-      std::vector<std::size_t> const ranked = remaining_work_order(v, fresh, started, matches, kept, overdue);
+      std::vector<std::size_t> const ranked =
+          remaining_work_order(v, fresh, started, matches, kept, overdue, positions);
       bool const share = options_.balance && options_.short_percent > 0 && !started.empty();
       for (std::size_t i : ranked) {
         if (share && !v.waiting[i].started && rank(i) < 3) { order.push_back(i); }
@@ -389,7 +396,8 @@ class strata_scheduler {
   std::vector<std::size_t> remaining_work_order(scheduler_view const& v, std::vector<std::size_t> const& fresh,
                                                 std::vector<std::size_t> const& started,
                                                 std::vector<match_result> const& matches,
-                                                std::vector<request_memo*>& kept, std::vector<char>& overdue) const
+                                                std::vector<request_memo*>& kept, std::vector<char>& overdue,
+                                                auto const& positions) const
   {
     std::vector<std::size_t> all = started;
     all.insert(all.end(), fresh.begin(), fresh.end());
@@ -412,18 +420,16 @@ class strata_scheduler {
     // its own, and its rank is its work per request it serves (Smith's rule: the order that
     // minimizes mean completion time when finishing one job finishes several).
     std::vector<double> weight(v.waiting.size(), 1.0);
-    std::unordered_map<std::uint64_t, std::size_t> position;  // built only when delay hits wait
+    std::vector<char> in_all(v.waiting.size(), 0);
+    for (std::size_t i : all) {
+      in_all[i] = 1;
+    }
     for (std::size_t i : all) {
       match_result const& m = matches[i];
       if (v.waiting[i].started || !m.delay_hit || m.transient_owner == v.waiting[i].id) { continue; }
-      if (position.empty()) {
-        position.reserve(all.size());
-        for (std::size_t j : all) {
-          position.emplace(v.waiting[j].id.value, j);
-        }
-      }
+      auto const& position = positions();  // id -> position, built once a round when delay hits wait
       auto const owner = position.find(m.transient_owner.value);
-      if (owner == position.end()) { continue; }
+      if (owner == position.end() || !in_all[owner->second]) { continue; }
       weight[owner->second] += 1;
       deadline[owner->second] = std::min(deadline[owner->second], deadline[i]);
     }
