@@ -391,7 +391,8 @@ class strata_scheduler {
    * request served (arrival order breaks ties); `overdue` marks the second group. The deadlines'
    * clock is the predicted work of the plans made so far, not time: the view carries no time, and
    * decode steps between batches would otherwise count as waiting that first-come-first-served
-   * order would not have avoided.
+   * order would not have avoided. `started` and `fresh` hold every waiting request (this order
+   * ranks them all), so `positions()` (id -> position in the view) finds any owner among them.
    */
   std::vector<std::size_t> remaining_work_order(scheduler_view const& v, std::vector<std::size_t> const& fresh,
                                                 std::vector<std::size_t> const& started,
@@ -420,16 +421,12 @@ class strata_scheduler {
     // its own, and its rank is its work per request it serves (Smith's rule: the order that
     // minimizes mean completion time when finishing one job finishes several).
     std::vector<double> weight(v.waiting.size(), 1.0);
-    std::vector<char> in_all(v.waiting.size(), 0);
-    for (std::size_t i : all) {
-      in_all[i] = 1;
-    }
     for (std::size_t i : all) {
       match_result const& m = matches[i];
       if (v.waiting[i].started || !m.delay_hit || m.transient_owner == v.waiting[i].id) { continue; }
       auto const& position = positions();  // id -> position, built once a round when delay hits wait
       auto const owner = position.find(m.transient_owner.value);
-      if (owner == position.end() || !in_all[owner->second]) { continue; }
+      if (owner == position.end()) { continue; }
       weight[owner->second] += 1;
       deadline[owner->second] = std::min(deadline[owner->second], deadline[i]);
     }
