@@ -22,11 +22,25 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace {
 
 using namespace strata;
+
+/// A decision's view of `waiting` over `tree`: an 8K-token batch, room for any plan.
+scheduler_view view_over(std::span<waiting_request const> waiting, hiradix_tree const& tree, cost_model const& costs)
+{
+  scheduler_view v;
+  v.waiting = waiting;
+  v.tree = &tree;
+  v.costs = &costs;
+  v.page_tokens = 32;
+  v.token_budget = 8192;
+  v.device_pages_available = 1 << 19;
+  return v;
+}
 
 struct fixture {
   std::mt19937_64 rng{1};
@@ -108,13 +122,7 @@ struct fixture {
   }
   scheduler_view view()
   {
-    scheduler_view v;
-    v.waiting = waiting;
-    v.tree = &tree;
-    v.costs = &costs;
-    v.page_tokens = 32;
-    v.token_budget = 8192;
-    v.device_pages_available = 1 << 19;
+    scheduler_view v = view_over(waiting, tree, costs);
     v.running_sequences = 64;
     v.running_context_tokens = 64 * 40000;
     v.running_max_remaining = 100;
@@ -178,13 +186,7 @@ void decide_delay_hits(benchmark::State& state, int waiting)
     w[i].prompt_tokens = std::int64_t(tokens[i].size()) * 32;
     w[i].output_tokens = 32;
   }
-  scheduler_view v;
-  v.waiting = w;
-  v.tree = &tree;
-  v.costs = &costs;
-  v.page_tokens = 32;
-  v.token_budget = 8192;
-  v.device_pages_available = 1 << 19;
+  scheduler_view const v = view_over(w, tree, costs);
   strata_scheduler s;
   std::size_t deferred = 0;
   for (auto _ : state) {
