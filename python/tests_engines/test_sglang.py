@@ -118,6 +118,14 @@ class Prompt:
         assert len(self.keys) == pages
 
 
+def flat_pages(pool, p):
+    """Host pages holding `p`'s KV and their legacy flat views (as SGLang's _generic_page_set
+    passes them); returns the pages' indices and the views."""
+    idx = pool.alloc(len(p.keys) * PAGE)
+    fill(pool, idx, p.tokens)
+    return idx, [pool.get_data_page(int(idx[i * PAGE]), flat=True) for i in range(len(p.keys))]
+
+
 def backup(b, pool, p):
     """The controller's backup: pages land in the host pool, then batch_set_v1 in batches."""
     idx = pool.alloc(len(p.keys) * PAGE)
@@ -223,9 +231,7 @@ def test_legacy_interface_through_flat_pages(tmp_path):
     pool = mha_pool()
     b = backend({"file_paths": [str(tmp_path / "kv")], "file_capacity_gb": 0.01}, pool)
     p = Prompt(3, 3)
-    idx = pool.alloc(3 * PAGE)
-    fill(pool, idx, p.tokens)
-    pages = [pool.get_data_page(int(idx[i * PAGE]), flat=True) for i in range(3)]  # as _generic_page_set
+    _, pages = flat_pages(pool, p)
     assert b.batch_set(p.keys, pages) is True
     assert b.set(p.keys[0], pages[0]) is True  # already held
     dummies = [pool.get_dummy_flat_data_page() for _ in range(4)]
@@ -243,9 +249,8 @@ def test_layer_first_pages_of_one_interface_are_never_read_by_the_other(tmp_path
     pool = mha_pool("layer_first")
     p = Prompt(3, 11)
     legacy = backend({**drives, "interface_v1": 0}, pool)
-    idx = pool.alloc(3 * PAGE)
-    fill(pool, idx, p.tokens)
-    assert legacy.batch_set(p.keys, [pool.get_data_page(int(idx[i * PAGE]), flat=True) for i in range(3)])
+    idx, pages = flat_pages(pool, p)
+    assert legacy.batch_set(p.keys, pages)
     pool.free(idx)
     legacy.close()
     v1 = backend(drives, pool)
@@ -261,9 +266,7 @@ def test_legacy_targets_that_are_not_host_pages_fail_their_pages(tmp_path):
     pool = mha_pool()
     b = backend({"file_paths": [str(tmp_path / "kv")], "file_capacity_gb": 0.01}, pool)
     p = Prompt(2, 12)
-    idx = pool.alloc(2 * PAGE)
-    fill(pool, idx, p.tokens)
-    pages = [pool.get_data_page(int(idx[i * PAGE]), flat=True) for i in range(2)]
+    _, pages = flat_pages(pool, p)
     assert b.batch_set(p.keys, [pages[0], None]) is False  # nothing raised into SGLang's thread
     assert b.batch_exists(p.keys) == 0
     assert b.batch_set(p.keys, pages) is True
